@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create (once) and activate the project's virtual environment in ./.venv.
+#
+#   source bench/bootstrap.sh [EXTRA]     # EXTRA: a pyproject extra, e.g. "test"
+#
+# torch is installed first and pinned to the CPU build (2.13.0) unless the environment already
+# has a torch, so a GPU user can install their own CUDA build into .venv beforehand, or point
+# CREDITBENCH_TORCH at another requirement (e.g. CREDITBENCH_TORCH="torch==2.13.0" with their
+# own --index-url in PIP_INDEX_URL). An unpinned torch would pull gigabytes of CUDA packages.
+set -euo pipefail
+_cb_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+_cb_venv="${CREDITBENCH_VENV:-$_cb_root/.venv}"
+_cb_extra="${1:-}"
+_cb_python="${PYTHON:-python3}"
+
+if ! "$_cb_python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "creditbench needs Python >= 3.10 (found: $("$_cb_python" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  return 1 2>/dev/null || exit 1
+fi
+if [ ! -x "$_cb_venv/bin/python" ]; then
+  echo "[creditbench] creating virtual environment in $_cb_venv"
+  "$_cb_python" -m venv "$_cb_venv"
+  "$_cb_venv/bin/python" -m pip install -q -U pip
+fi
+# Re-install only when pyproject.toml or the requested extra changed.
+_cb_stamp="$_cb_venv/.creditbench-installed"
+_cb_want="$(cat "$_cb_root/pyproject.toml" "$_cb_root/bench/bootstrap.sh" | sha256sum | cut -c1-16)-${_cb_extra}"
+if [ "$(cat "$_cb_stamp" 2>/dev/null)" != "$_cb_want" ]; then
+  if ! "$_cb_venv/bin/python" -c 'import torch' 2>/dev/null; then
+    echo "[creditbench] installing ${CREDITBENCH_TORCH:-torch==2.13.0}"
+    "$_cb_venv/bin/python" -m pip install -q "${CREDITBENCH_TORCH:-torch==2.13.0}"
+  fi
+  echo "[creditbench] installing creditbench${_cb_extra:+[$_cb_extra]} (editable)"
+  # The constraint keeps pip from replacing the installed torch with another build.
+  _cb_torch="$("$_cb_venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+  "$_cb_venv/bin/python" -m pip install -q -e "$_cb_root${_cb_extra:+[$_cb_extra]}" \
+    -c <(echo "torch==$_cb_torch")
+  echo "$_cb_want" > "$_cb_stamp"
+fi
+export PATH="$_cb_venv/bin:$PATH"
+export VIRTUAL_ENV="$_cb_venv"
+set +euo pipefail

@@ -1,0 +1,152 @@
+"""Typed run configuration. One run = one YAML file with these sections, parsed by jsonargparse
+(``creditbench train --config run.yaml``; any field can be overridden on the command line, e.g.
+``--rl.steps 50``). Field docstrings are the CLI help. Defaults are the embedded benchmark."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bench.core import check
+from bench.rollout import SamplingConfig
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny-500k"
+    """A tiny size (tiny-500k, tiny-2m, tiny-8m: warm-started on the task first), a local
+    directory or a Hugging Face Hub id (loaded with from_pretrained as is)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype when loading a checkpoint."""
+
+
+@dataclass
+class TaskSpec:
+    name: str = "arithmetic"
+    """A registered task (see `creditbench tasks`)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the task's config fields."""
+
+
+@dataclass
+class MethodSpec:
+    name: str = "grpo"
+    """A registered method (see `creditbench methods`)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the method's config fields (its paper defaults otherwise)."""
+
+
+@dataclass
+class RLConfig:
+    steps: int = 100
+    """RL steps (one rollout batch each)."""
+    prompts_per_step: int = 16
+    """Distinct prompts per step."""
+    group_size: int = 8
+    """G: completions sampled per prompt."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    minibatches: int = 1
+    """Optimizer steps per pass (the batch is split into this many minibatches)."""
+    lr: float = 1e-4
+    """Peak learning rate (AdamW)."""
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    """Linear warm-up, in optimizer steps."""
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """Learning-rate schedule after warm-up."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    samples_to_log: int = 16
+    """Completions (with rewards) logged as an MLflow table at each eval."""
+
+    def __post_init__(self) -> None:
+        check(self.steps >= 1, f"rl.steps must be >= 1, got {self.steps}")
+        check(self.prompts_per_step >= 1, f"rl.prompts_per_step must be >= 1, got {self.prompts_per_step}")
+        check(self.group_size >= 2, f"rl.group_size (G) must be >= 2 for group-relative credit, got {self.group_size}")
+        check(self.ppo_epochs >= 1, f"rl.ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        batch = self.prompts_per_step * self.group_size
+        check(
+            1 <= self.minibatches <= batch,
+            f"rl.minibatches must be in [1, {batch}] (the rollout batch size), got {self.minibatches}",
+        )
+        check(self.lr > 0, f"rl.lr must be > 0, got {self.lr}")
+        check(self.grad_clip >= 0, f"rl.grad_clip must be >= 0, got {self.grad_clip}")
+        check(self.warmup_steps >= 0, f"rl.warmup_steps must be >= 0, got {self.warmup_steps}")
+
+
+@dataclass
+class EvalConfig:
+    every: int = 25
+    """Evaluate every this many RL steps (and before the first and after the last)."""
+    n: int = 4
+    """Samples per eval problem."""
+    k: list[int] = field(default_factory=lambda: [1, 2, 4])
+    """pass@k reported for each k (each must be <= n)."""
+    num_problems: int = 200
+    """Eval problems used (the first ones of the task's eval split)."""
+    batch_problems: int = 100
+    """Problems per generate call."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def __post_init__(self) -> None:
+        check(self.every >= 1, f"eval.every must be >= 1, got {self.every}")
+        check(self.n >= 1, f"eval.n must be >= 1, got {self.n}")
+        check(len(self.k) > 0, "eval.k must list at least one k")
+        bad = [k for k in self.k if not 1 <= k <= self.n]
+        check(not bad, f"eval.k must lie in [1, eval.n={self.n}] (unbiased pass@k needs k <= n), got {bad}")
+        check(self.num_problems >= 1, f"eval.num_problems must be >= 1, got {self.num_problems}")
+        check(self.batch_problems >= 1, f"eval.batch_problems must be >= 1, got {self.batch_problems}")
+
+
+@dataclass
+class WarmStartConfig:
+    max_steps: int = 3000
+    """Upper bound on supervised steps."""
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup_steps: int = 50
+    check_every: int = 25
+    """Measure sampled accuracy on held-out train problems this often."""
+    target_accuracy: float = 0.25
+    """Stop once sampled accuracy reaches this: the base must leave room for RL."""
+    seed: int = 0
+    """Seed of the warm-start (the base checkpoint is cached per task, size and this seed)."""
+
+    def __post_init__(self) -> None:
+        check(self.max_steps >= 1, f"warmstart.max_steps must be >= 1, got {self.max_steps}")
+        check(0 < self.target_accuracy <= 1, f"warmstart.target_accuracy must be in (0, 1], got {self.target_accuracy}")
+
+
+@dataclass
+class TrackingConfig:
+    uri: str = field(default_factory=lambda: os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    """MLflow tracking URI (default: a local SQLite store, or $MLFLOW_TRACKING_URI)."""
+    experiment: str = "creditbench"
+    run_name: str | None = None
+    """MLflow run name (default: method-task-model-seed)."""
+    sweep: str | None = None
+    """When set, the run's result is also written to results/<sweep>/runs/ for the summary."""
+    results_dir: str = "results"
+    cache_dir: str = field(default_factory=lambda: os.environ.get("CREDITBENCH_CACHE", ".creditbench/cache"))
+    """Where base (warm-start) checkpoints are cached."""
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    """Seed of the RL run (rollout sampling, data order)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskSpec = field(default_factory=TaskSpec)
+    method: MethodSpec = field(default_factory=MethodSpec)
+    rl: RLConfig = field(default_factory=RLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    precision: Literal["32-true", "bf16-mixed"] = "32-true"
+    """Lightning precision; bf16-mixed autocasts (also on CPUs with bf16 support)."""
+    threads: int = 0
+    """torch intra-op threads (0: torch's default)."""

@@ -1,0 +1,153 @@
+"""The typed core that methods and tasks plug into.
+
+Shapes: ``B`` completions (``G`` per prompt, grouped by ``group_ids``), ``T`` completion tokens
+(right-padded), ``P`` prompt tokens (left-padded). Every per-token tensor a method sees or returns
+is ``[B, T]`` and aligned with ``completion_ids``; masked positions carry no meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from bench.errors import CreditBenchError
+
+# What a method may ask the engine to compute for it (``Method.needs``).
+NEEDS = frozenset({"entropy", "ref_logprobs", "hidden_residual"})
+
+
+@dataclass
+class RolloutBatch:
+    """One RL step's rollouts, scored and verified. Optional tensors are filled on demand."""
+
+    prompt_ids: Tensor  # [B, P] left-padded
+    prompt_mask: Tensor  # [B, P] 1 on real prompt tokens
+    completion_ids: Tensor  # [B, T] right-padded
+    completion_mask: Tensor  # [B, T] 1 on completion tokens up to and including the first eos
+    group_ids: Tensor  # [B] long: which prompt of the step each completion answers
+    rewards: Tensor  # [B] float
+    correct: Tensor  # [B] bool
+    truncated: Tensor  # [B] bool: no eos within max_new_tokens
+    max_new_tokens: int
+    old_logprobs: Tensor | None = None  # [B, T] behaviour policy log pi_old(y_t)
+    entropy: Tensor | None = None  # [B, T] entropy of pi_old(. | y_<t) at the sampling temperature
+    ref_logprobs: Tensor | None = None  # [B, T] reference policy log pi_ref(y_t)
+    hidden_residual: Tensor | None = None  # [B, T] ||h_adapter_on - h_adapter_off||_2
+    prompts: list[str] = field(default_factory=list)
+    completions: list[str] = field(default_factory=list)
+
+    @property
+    def lengths(self) -> Tensor:  # [B]
+        return self.completion_mask.sum(-1)
+
+    @property
+    def size(self) -> int:
+        return self.completion_ids.shape[0]
+
+    def select(self, index: Tensor) -> RolloutBatch:
+        """The sub-batch at ``index`` (a [b] long tensor), e.g. a PPO minibatch."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Tensor):
+                v = v[index]
+            elif isinstance(v, list) and v:
+                v = [v[i] for i in index.tolist()]
+            out[f.name] = v
+        return RolloutBatch(**out)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a verifier says about one completion. Never a bare float; no partial credit."""
+
+    reward: float
+    correct: bool
+    parsed: str | None = None  # the answer the verifier extracted, for inspection
+    correct_flexible: bool | None = None  # the lenient extraction's verdict, reported beside
+
+
+# ----------------------------------------------------------------------------------- methods
+@dataclass(frozen=True)
+class MethodConfig:
+    """Fields every method has; each method's subclass sets its paper's defaults."""
+
+    aggregation: str = "token-mean"
+    """How the [B, T] loss becomes a scalar: see bench.numerics.AGGREGATIONS."""
+    kl_coef: float = 0.0
+    """beta of the k3 KL-to-reference loss term (0 disables the reference forward)."""
+
+    def __post_init__(self) -> None:
+        from bench.numerics import AGGREGATIONS
+
+        if self.aggregation not in AGGREGATIONS:
+            raise CreditBenchError(
+                f"unknown aggregation {self.aggregation!r}; valid: {', '.join(AGGREGATIONS)}"
+            )
+        check(self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}")
+
+
+@dataclass
+class LossOutput:
+    loss: Tensor  # [B, T] per-token loss (the engine aggregates it)
+    stats: dict[str, Tensor] = field(default_factory=dict)  # [B, T] per-token diagnostics
+
+
+class Method:
+    """A credit-assignment method: ``credit`` turns a scored batch into [B, T] advantages and
+    ``loss`` turns them and the current log-probs into a [B, T] per-token loss.
+
+    Subclasses set ``Config`` (a frozen dataclass with the paper's defaults), ``needs``, a
+    one-line ``description`` and the ``paper``, and register with ``@METHODS.register(name)``.
+    """
+
+    Config: ClassVar[type[MethodConfig]] = MethodConfig
+    needs: ClassVar[frozenset[str]] = frozenset()
+    description: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+
+    def __init__(self, config: MethodConfig | None = None):
+        self.config = config if config is not None else self.Config()
+
+    @property
+    def required(self) -> frozenset[str]:
+        """What the engine must compute for this method with this config."""
+        return self.needs | ({"ref_logprobs"} if self.config.kl_coef > 0 else frozenset())
+
+    def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
+        raise NotImplementedError
+
+    def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
+        raise NotImplementedError
+
+
+def build_config(cls: type, values: dict[str, Any], what: str) -> Any:
+    """Instantiate dataclass ``cls`` from ``values``; unknown keys and wrong types are user errors."""
+    import difflib
+
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise CreditBenchError(
+                f"{what} has no option {key!r}.{hint} Valid options: {', '.join(sorted(names))}."
+            )
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise CreditBenchError(f"{what}: {e}") from None
+
+
+def check(cond: bool, message: str) -> None:
+    if not cond:
+        raise CreditBenchError(message)
+
+
+def group_sizes(group_ids: Tensor) -> Tensor:  # [B] -> [B]: size of each element's group
+    counts = torch.bincount(group_ids)
+    return counts[group_ids]

@@ -1,0 +1,122 @@
+"""Policies: the tiny Qwen3 family built from config, a character-level tokenizer that needs no
+download, loading through ``transformers``' ordinary ``from_pretrained`` path, and the scoring
+forward that turns (prompt, completion) tokens into per-token log-probs and entropies.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from bench.errors import CreditBenchError, did_you_mean
+from bench.numerics import entropy_from_logits, token_logprobs
+
+# name -> (hidden, layers, heads, kv_heads, intermediate); head_dim 32, tied embeddings.
+TINY_SIZES = {
+    "tiny-500k": (128, 3, 4, 2, 320),
+    "tiny-2m": (192, 5, 6, 2, 512),
+    "tiny-8m": (320, 6, 10, 5, 1024),
+}
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
+CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # letters, digits, punctuation, ' ', '\n'
+
+
+def char_tokenizer():
+    """A character-level tokenizer (one token per printable character plus pad/eos/unk)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left"
+    )
+
+
+def tiny_config(size: str, vocab_size: int):
+    from transformers import Qwen3Config
+
+    if size not in TINY_SIZES:
+        raise did_you_mean("model size", size, TINY_SIZES)
+    hidden, layers, heads, kv, inter = TINY_SIZES[size]
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=32,
+        intermediate_size=inter,
+        max_position_embeddings=256,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+
+
+def build_tiny(size: str, seed: int = 0):
+    """A randomly initialised tiny Qwen3 policy and its tokenizer."""
+    from transformers import Qwen3ForCausalLM
+
+    tokenizer = char_tokenizer()
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(tiny_config(size, vocab_size=len(tokenizer)))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def load_policy(name_or_path: str | Path, dtype: str = "float32"):
+    """Load a causal LM and its tokenizer through ``from_pretrained`` (a local directory or a
+    Hugging Face Hub id). Padding is on the left, as batched generation needs."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=getattr(torch, dtype))
+    except OSError as e:
+        raise CreditBenchError(
+            f"cannot load model {str(name_or_path)!r}: {str(e).splitlines()[0]} "
+            f"(give a local directory, a Hub id reachable from this machine, or a tiny size: {', '.join(TINY_SIZES)})"
+        ) from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def num_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@dataclass
+class Scores:
+    logprobs: Tensor  # [B, T] log pi(y_t) at the sampling temperature (with grad if enabled)
+    entropy: Tensor  # [B, T] detached
+
+
+def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0) -> Scores:
+    """Per-token log-probs (and entropies) of the completions under ``model``.
+
+    Prompts are left-padded and completions right-padded; positions count real tokens only, so a
+    padded row is scored exactly like an unpadded one. Logits are only computed for the positions
+    that predict completion tokens.
+    """
+    input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [B, P+T]
+    attn = torch.cat([prompt_mask, completion_mask], 1)
+    position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
+    T = completion_ids.shape[1]
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1)
+    logits = out.logits[:, :-1]  # [B, T, V]: position P-1+t predicts completion token t
+    logprobs = token_logprobs(logits, completion_ids, temperature)
+    with torch.no_grad():
+        entropy = entropy_from_logits(logits.detach(), temperature)
+    return Scores(logprobs, entropy)

@@ -1,0 +1,82 @@
+"""Rollout engines. ``HFRolloutEngine`` samples with Hugging Face ``generate`` (KV cache, one
+batched call for every prompt x sample); it is always available and is what the tests use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from bench.core import check
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0
+    """Sampling temperature; 0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 disables it)."""
+    top_k: int = 0
+    """Top-k sampling (0 disables it)."""
+    max_new_tokens: int = 36
+    """Generation budget per completion."""
+
+    def __post_init__(self) -> None:
+        check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
+        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        check(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Generation:
+    prompt_ids: Tensor  # [B, P] left-padded
+    prompt_mask: Tensor  # [B, P]
+    completion_ids: Tensor  # [B, T] right-padded with pad
+    completion_mask: Tensor  # [B, T] up to and including the first eos
+    truncated: Tensor  # [B] no eos within the budget
+    texts: list[str]  # decoded completions, special tokens removed
+
+
+def completion_mask(completion_ids: Tensor, eos_id: int) -> tuple[Tensor, Tensor]:
+    """Mask up to and including the first eos; rows without eos are truncated (all ones)."""
+    is_eos = completion_ids == eos_id  # [B, T]
+    seen_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # an eos strictly earlier
+    return (~seen_before).long(), ~is_eos.any(-1)
+
+
+class HFRolloutEngine:
+    def __init__(self, model, tokenizer):
+        self.model = model
+        self.tokenizer = tokenizer
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Generation:
+        """``n`` completions for each prompt, as rows p0s0, p0s1, ..., p1s0, ... (grouped)."""
+        tok = self.tokenizer
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        device = next(self.model.parameters()).device
+        ids = enc["input_ids"].repeat_interleave(n, 0).to(device)
+        mask = enc["attention_mask"].repeat_interleave(n, 0).to(device)
+        was_training = self.model.training
+        self.model.eval()
+        greedy = sampling.temperature == 0
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None if greedy else sampling.top_k,
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            use_cache=True,
+        )
+        self.model.train(was_training)
+        comp = out[:, ids.shape[1] :]
+        cmask, truncated = completion_mask(comp, tok.eos_token_id)
+        comp = comp.masked_fill(cmask == 0, tok.pad_token_id)
+        texts = tok.batch_decode(comp, skip_special_tokens=True)
+        return Generation(ids, mask, comp, cmask, truncated, texts)

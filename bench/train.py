@@ -1,0 +1,128 @@
+"""One RL run from a :class:`RunConfig`: validate everything, get the base policy (warm-starting
+a tiny model if needed), train with :class:`RLVRModule`, evaluate, and record the run in MLflow
+(and, for a sweep, in results/<sweep>/runs/)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.config import RunConfig
+from bench.core import Method, build_config, check
+from bench.registry import METHODS, TASKS
+from bench.tasks_base import Task
+
+
+@dataclass
+class Resolved:
+    cfg: RunConfig
+    method: Method
+    task: Task
+
+    @property
+    def run_name(self) -> str:
+        c = self.cfg
+        return c.tracking.run_name or f"{c.method.name}-{c.task.name}-{Path(c.model.name).name}-seed{c.seed}"
+
+
+def resolve(cfg: RunConfig) -> Resolved:
+    """Build the method and task from their names and options; every user error surfaces here,
+    before any work starts."""
+    method_cls = METHODS.get(cfg.method.name)
+    method = method_cls(build_config(method_cls.Config, cfg.method.options, f"method {cfg.method.name!r}"))
+    task_cls = TASKS.get(cfg.task.name)
+    task = task_cls(build_config(task_cls.Config, cfg.task.options, f"task {cfg.task.name!r}"))
+    check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
+    return Resolved(cfg, method, task)
+
+
+def config_yaml(cfg: RunConfig) -> str:
+    return yaml.safe_dump(json.loads(json.dumps(dataclasses.asdict(cfg))), sort_keys=False)
+
+
+def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
+    import lightning as L
+    import torch
+
+    from bench.module import PromptDataModule, RLVRModule
+    from bench.policy import TINY_SIZES, load_policy, num_parameters
+    from bench.tracking import flatten, git_commit, log_config, make_logger
+    from bench.warmstart import base_checkpoint
+
+    r = resolve(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    path = cfg.model.name
+    if cfg.model.name in TINY_SIZES:
+        path = base_checkpoint(cfg.task.name, r.task, cfg.model.name, cfg.warmstart, cfg.tracking.cache_dir,
+                               cfg.tracking.uri, progress)
+    L.seed_everything(cfg.seed, verbose=False)
+    policy, tokenizer = load_policy(path, cfg.model.dtype)
+    ref = copy.deepcopy(policy) if "ref_logprobs" in r.method.required else None
+    params = num_parameters(policy)
+
+    tags = {"method": cfg.method.name, "task": cfg.task.name, "task_version": r.task.VERSION,
+            "model": cfg.model.name, "model_params": str(params), "seed": str(cfg.seed),
+            "git_commit": git_commit(), "aggregation": r.method.config.aggregation, "kind": "rl"}
+    if cfg.tracking.sweep:
+        tags["sweep"] = cfg.tracking.sweep
+    logger = make_logger(cfg.tracking.uri, cfg.tracking.experiment, r.run_name, tags)
+    resolved_params = flatten(cfg)
+    resolved_params.update({f"method.options.{k}": v for k, v in dataclasses.asdict(r.method.config).items()})
+    resolved_params.update({f"task.options.{k}": v for k, v in dataclasses.asdict(r.task.config).items()})
+    log_config(logger, resolved_params, config_yaml(cfg))
+
+    module = RLVRModule(policy, tokenizer, r.method, r.task, cfg.task.name, cfg.rl, cfg.eval, ref_policy=ref)
+    data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed)
+    rl = cfg.rl
+    trainer = L.Trainer(
+        accelerator="auto", devices=1, precision=cfg.precision, logger=logger,
+        max_steps=rl.steps * rl.ppo_epochs * rl.minibatches, max_epochs=-1,
+        val_check_interval=cfg.eval.every, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+        enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress,
+    )
+    trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
+    trainer.fit(module, datamodule=data)
+    if module.eval_history[-1]["step"] != module.rl_step:
+        trainer.validate(module, datamodule=data, verbose=False)
+    wall = time.perf_counter() - t_start
+    logger.log_metrics({"time/wall_s": wall}, step=module.rl_step)
+    logger.finalize("success")
+
+    base, final = module.eval_history[0], module.eval_history[-1]
+    result = {
+        "run_name": r.run_name, "mlflow_run_id": logger.run_id, "method": cfg.method.name, "task": cfg.task.name,
+        "model": cfg.model.name, "params": params, "seed": cfg.seed, "steps": module.rl_step,
+        "samples": module.samples, "tokens": module.tokens, "wall_s": round(wall, 1),
+        "base": {k: v for k, v in base.items() if k != "per_problem_pass_at_1"},
+        "final": {k: v for k, v in final.items() if k != "per_problem_pass_at_1"},
+        "delta_pass_at_1": paired_delta(base["per_problem_pass_at_1"], final["per_problem_pass_at_1"]),
+        "history": [{k: v for k, v in h.items() if k != "per_problem_pass_at_1"} for h in module.eval_history],
+    }
+    if cfg.tracking.sweep:
+        out = Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        tmp.replace(out)
+    return result
+
+
+def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:
+    """Mean per-problem change of pass@1 and its paired standard error (same problems before and
+    after, so the per-problem difference's spread is the right noise estimate)."""
+    import numpy as np
+
+    from bench.metrics import standard_error
+
+    d = np.asarray(after) - np.asarray(before)
+    se = standard_error(d)
+    return {"delta": float(d.mean()), "se": se, "z": float(d.mean() / se) if se > 0 else float("nan")}

@@ -1,0 +1,48 @@
+"""Pieces that several methods share. A method file calls these instead of re-deriving them;
+masked means, aggregation and the KL term live in :mod:`bench.numerics`."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def group_mean_std(values: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-element mean and unbiased std (Bessel, as torch.std in TRL and verl) of its group.
+
+    values, group_ids: [B] -> ([B], [B]). A group of one has std 0.
+    """
+    n_groups = int(group_ids.max()) + 1
+    v = values.float()
+    count = torch.zeros(n_groups, dtype=v.dtype).index_add_(0, group_ids, torch.ones_like(v))
+    mean = torch.zeros(n_groups, dtype=v.dtype).index_add_(0, group_ids, v) / count
+    sq = torch.zeros(n_groups, dtype=v.dtype).index_add_(0, group_ids, (v - mean[group_ids]) ** 2)
+    std = (sq / (count - 1).clamp(min=1)).sqrt()
+    return mean[group_ids], std[group_ids]
+
+
+def group_advantage(rewards: Tensor, group_ids: Tensor, scale: bool = True, eps: float = 1e-4) -> Tensor:
+    """Outcome advantage of each completion relative to its group: [B] -> [B].
+
+    scale=True:  (R_i - mean_g R) / (std_g R + eps)    (GRPO)
+    scale=False:  R_i - mean_g R                        (Dr. GRPO)
+    A group whose rewards are all equal gets advantage 0 either way.
+    """
+    mean, std = group_mean_std(rewards, group_ids)
+    adv = rewards.float() - mean
+    return adv / (std + eps) if scale else adv
+
+
+def clipped_surrogate(
+    log_ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float
+) -> tuple[Tensor, Tensor]:
+    """PPO's clipped surrogate as a loss, -min(r A, clip(r, 1-eps_l, 1+eps_h) A), elementwise.
+
+    Returns (loss, clipped) where ``clipped`` marks elements whose gradient the clip removed.
+    """
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped_obj = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    loss = -torch.minimum(unclipped, clipped_obj)
+    clipped = ((ratio < 1.0 - clip_low) & (advantages < 0)) | ((ratio > 1.0 + clip_high) & (advantages > 0))
+    return loss, clipped

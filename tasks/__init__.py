@@ -1,0 +1,4 @@
+"""Tasks: one module per task family (dataset loading, prompt, verifier). Importing this
+package registers them all."""
+
+from tasks import arithmetic  # noqa: F401
