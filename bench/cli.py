@@ -50,7 +50,7 @@ def cmd_train(argv: list[str]) -> int:
         cfg = p.instantiate(ns)
     except Exception as e:  # jsonargparse reports malformed YAML, bad types and unknown keys this way
         msg = _first_line(e)
-        raise SystemExit(_fail(f"bad configuration: {msg}"))
+        return _fail(f"bad configuration: {msg}")
     cfg = RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
     resolve(cfg)
     res = run(cfg, progress=progress)

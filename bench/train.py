@@ -40,6 +40,12 @@ def resolve(cfg: RunConfig) -> Resolved:
     task_cls = TASKS.get(cfg.task.name)
     task = task_cls(build_config(task_cls.Config, cfg.task.options, f"task {cfg.task.name!r}"))
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
+    from bench.policy import TINY_SIZES
+
+    if cfg.model.name.startswith("tiny-") and cfg.model.name not in TINY_SIZES:
+        from bench.errors import did_you_mean
+
+        raise did_you_mean("model size", cfg.model.name, TINY_SIZES)
     return Resolved(cfg, method, task)
 
 

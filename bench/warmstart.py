@@ -35,17 +35,20 @@ class SFTModule(L.LightningModule):
 
     def training_step(self, rows: list[dict], batch_idx: int):
         tok = self.tokenizer
-        seqs, labels = [], []
-        for r in rows:
-            p = tok(self.task.prompt(r, tok), add_special_tokens=False)["input_ids"]
-            c = tok(r["solution"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            seqs.append(p + c)
-            labels.append([-100] * len(p) + c)
+        prompts = [self.task.prompt(r, tok) for r in rows]
+        p_len = [len(p) for p in tok(prompts, add_special_tokens=False)["input_ids"]]
+        full = tok([p + r["solution"] for p, r in zip(prompts, rows)], add_special_tokens=False)["input_ids"]
+        seqs = [f + [tok.eos_token_id] for f in full]
         T = max(map(len, seqs))
-        ids = torch.tensor([s + [tok.pad_token_id] * (T - len(s)) for s in seqs], device=self.device)
-        lab = torch.tensor([l + [-100] * (T - len(l)) for l in labels], device=self.device)
-        mask = (lab != -100) | (torch.arange(T, device=self.device) < torch.tensor([len(s) for s in seqs], device=self.device)[:, None])
-        loss = self.model(input_ids=ids, attention_mask=mask.long(), labels=lab).loss
+        ids = torch.full((len(seqs), T), tok.pad_token_id, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = torch.tensor(s)
+        pos = torch.arange(T)[None]
+        lengths = torch.tensor([len(s) for s in seqs])[:, None]
+        mask = pos < lengths  # [B, T] real tokens (right-padded)
+        labels = ids.masked_fill(~mask | (pos < torch.tensor(p_len)[:, None]), -100)  # loss on the solution only
+        loss = self.model(input_ids=ids.to(self.device), attention_mask=mask.long().to(self.device),
+                          labels=labels.to(self.device)).loss
         self.log("warmstart/loss", loss, prog_bar=True, batch_size=len(rows))
         return loss
 

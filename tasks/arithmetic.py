@@ -37,8 +37,9 @@ class ArithmeticConfig(TaskConfig):
     """Largest operand."""
     eval_size: int = 200
     """Distinct problems in the eval split."""
-    train_size: int = 20000
-    """Problems in the train split (disjoint from eval)."""
+    train_size: int = 200_000
+    """Problems in the train split (disjoint from eval): enough that the warm-start sees each
+    problem about once, so it learns the procedure rather than memorising problems."""
     seed: int = 1234
     """Seed that fixes both splits."""
 
@@ -66,6 +67,12 @@ def make_problem(rng: random.Random, cfg: ArithmeticConfig) -> dict[str, Any]:
             return {"id": question, "question": question, "answer": str(value), "solution": solution}
 
 
+def _to_dataset(rows: list[dict]):
+    import datasets
+
+    return datasets.Dataset.from_dict({k: [r[k] for r in rows] for k in rows[0]})
+
+
 @TASKS.register("arithmetic")
 class Arithmetic(Task):
     Config = ArithmeticConfig
@@ -77,8 +84,6 @@ class Arithmetic(Task):
         self.grader = MathGrader()
 
     def load(self, split: str):
-        import datasets
-
         cfg = self.config
         rng = random.Random(cfg.seed)
         eval_rows: dict[str, dict] = {}
@@ -88,7 +93,7 @@ class Arithmetic(Task):
             row = make_problem(rng, cfg)
             eval_rows.setdefault(row["id"], row)
         if split == "eval":
-            return datasets.Dataset.from_list(list(eval_rows.values()))
+            return _to_dataset(list(eval_rows.values()))
         if split == "train":
             train = []
             rng = random.Random(cfg.seed + 1)
@@ -96,7 +101,7 @@ class Arithmetic(Task):
                 row = make_problem(rng, cfg)
                 if row["id"] not in eval_rows:
                     train.append(row)
-            return datasets.Dataset.from_list(train)
+            return _to_dataset(train)
         raise CreditBenchError(f"unknown split {split!r} for task arithmetic; valid: {', '.join(self.splits)}")
 
     def prompt(self, row: dict[str, Any], tokenizer=None) -> str:

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The embedded benchmark: GRPO on the arithmetic task, across tiny model sizes and seeds, on CPU.
+#   ./run_all.sh           two sizes (tiny-500k, tiny-2m) x two seeds, 100 RL steps each
+#   ./run_all.sh --quick   one size (tiny-500k) x two seeds, 50 RL steps each (a few minutes)
+# Every run starts from the same warm-started base checkpoint of its size (built once, cached in
+# .creditbench/cache), is an MLflow run in ./mlflow.db, and writes results/<sweep>/runs/<run>.json;
+# the last step writes results/<sweep>/summary.csv.
+set -euo pipefail
+cd "$(dirname "$0")"
+source bench/bootstrap.sh
+
+case "${1:-}" in
+  --quick) SWEEP=embedded-quick; SIZES="tiny-500k"; SEEDS="0 1"; STEPS=50 ;;
+  "") SWEEP=embedded; SIZES="tiny-500k tiny-2m"; SEEDS="0 1"; STEPS=100 ;;
+  *) echo "usage: ./run_all.sh [--quick]" >&2; exit 2 ;;
+esac
+export MLFLOW_TRACKING_URI="${MLFLOW_TRACKING_URI:-sqlite:///$PWD/mlflow.db}"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+start=$(date +%s)
+
+for size in $SIZES; do
+  for seed in $SEEDS; do
+    creditbench train --config results/configs/embedded_grpo.yaml --no-progress \
+      --model.name "$size" --seed "$seed" --rl.steps "$STEPS" --tracking.sweep "$SWEEP"
+  done
+done
+
+creditbench summarize --sweep "$SWEEP"
+echo
+echo "Done in $(( $(date +%s) - start )) s."
+echo "Summary: results/$SWEEP/summary.csv (and summary.md); per-run JSON in results/$SWEEP/runs/."
+echo "MLflow: $MLFLOW_TRACKING_URI  ->  run 'creditbench ui' and open http://127.0.0.1:5000"

@@ -1,0 +1,77 @@
+"""Bad input gives one clear line naming the valid choices, before any work starts."""
+
+import pytest
+
+from bench.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def error_line(err: str) -> str:
+    lines = [l for l in err.splitlines() if l.startswith("creditbench: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_methods_and_tasks_are_listed(capsys):
+    code, out, _ = run_cli(capsys, "methods")
+    assert code == 0 and out.startswith("grpo ") and "2402.03300" in out
+    code, out, _ = run_cli(capsys, "tasks")
+    assert code == 0 and "arithmetic" in out and "(v1)" in out
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--method.name", "grpoo"], "unknown method 'grpoo'. Did you mean 'grpo'? Valid methods: grpo"),
+        (["--task.name", "arithmetik"], "Did you mean 'arithmetic'"),
+        (["--model.name", "tiny-1m"], "Valid model sizes: tiny-2m, tiny-500k, tiny-8m"),
+        (["--rl.group_size", "1"], "group_size (G) must be >= 2"),
+        (["--eval.n", "2", "--eval.k", "[1, 4]"], "unbiased pass@k needs k <= n"),
+        (["--method.options", "{clip: 0.3}"], "has no option 'clip'. Did you mean 'clip_eps'?"),
+        (["--method.options", "{aggregation: mean}"], "valid: token-mean"),
+        (["--precision", "fp8"], "bf16-mixed"),
+        (["--rl.stepz", "3"], "stepz"),
+    ],
+)
+def test_bad_training_input(capsys, tmp_path, argv, expected):
+    code, _, err = run_cli(capsys, "train", "--tracking.uri", f"sqlite:///{tmp_path}/m.db", *argv)
+    assert code != 0
+    assert expected in error_line(err)
+    assert not (tmp_path / "m.db").exists(), "nothing may be written before the input is validated"
+
+
+def test_malformed_and_missing_yaml(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rl: [steps: 3\n  - ]: :\n")
+    code, _, err = run_cli(capsys, "train", "--config", str(bad))
+    assert code != 0 and "bad configuration" in error_line(err)
+    code, _, err = run_cli(capsys, "train", "--config", str(tmp_path / "missing.yaml"))
+    assert code != 0 and "missing.yaml" in error_line(err)
+
+
+def test_unknown_command(capsys):
+    code, _, err = run_cli(capsys, "trian")
+    assert code == 2 and "Did you mean 'train'" in error_line(err)
+
+
+def test_every_shipped_config_parses_and_resolves():
+    from pathlib import Path
+
+    from bench.cli import _train_parser
+    from bench.config import RunConfig
+    from bench.train import resolve
+
+    configs = sorted(Path(__file__).resolve().parent.parent.glob("results/configs/*.yaml"))
+    assert configs
+    for path in configs:
+        p = _train_parser()
+        ns = p.parse_args(["--config", str(path)])
+        ns.pop("no_progress")
+        ns.pop("config", None)
+        cfg = p.instantiate(ns)
+        resolve(RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__}))
