@@ -7,10 +7,8 @@ import sqlite3
 import pytest
 
 from bench.config import EvalConfig, MethodSpec, ModelConfig, RLConfig, RunConfig, TaskSpec, TrackingConfig, WarmStartConfig
-from bench.rollout import SamplingConfig
 from bench.train import run
 
-TASK = TaskSpec(options={"num_operands": 2, "train_size": 50_000})  # one-step arithmetic: a quick warm-start
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +20,10 @@ def store(tmp_path_factory):
 
 def config(store, **kw) -> RunConfig:
     return RunConfig(
-        model=ModelConfig(name="tiny-500k"), task=TASK, method=MethodSpec(options={"kl_coef": 0.0}),
-        rl=RLConfig(steps=30, prompts_per_step=16, group_size=8, lr=2e-4),
-        eval=EvalConfig(every=30, n=4, k=[1, 4], num_problems=150, sampling=SamplingConfig(max_new_tokens=24)),
-        warmstart=WarmStartConfig(target_accuracy=0.2),
+        model=ModelConfig(name="tiny-500k"), task=TaskSpec(), method=MethodSpec(options={"kl_coef": 0.0}),
+        rl=RLConfig(steps=30, prompts_per_step=16, group_size=8, lr=1e-4),
+        eval=EvalConfig(every=30, n=4, k=[1, 4], num_problems=200),
+        warmstart=WarmStartConfig(),
         tracking=TrackingConfig(uri=store["uri"], cache_dir=store["cache"], sweep="e2e", results_dir=store["results"]),
         **kw,
     )
@@ -67,7 +65,7 @@ def test_mlflow_store_holds_the_runs(result, store):
     table = client.list_artifacts(run_.info.run_id, "completions")
     assert len(table) == 2
     warm = client.search_runs([client.get_experiment_by_name("creditbench-warmstart").experiment_id])
-    assert len(warm) == 1 and warm[0].data.metrics["warmstart/check_accuracy"] >= 0.2
+    assert len(warm) == 1 and warm[0].data.metrics["warmstart/check_accuracy"] >= 0.25
     summary = json.loads((__import__("pathlib").Path(store["results"]) / "e2e" / "runs" / f"{result['run_name']}.json").read_text())
     assert summary["mlflow_run_id"] == result["mlflow_run_id"]
 
