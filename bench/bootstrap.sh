@@ -7,6 +7,7 @@
 # has a torch, so a GPU user can install their own CUDA build into .venv beforehand, or point
 # CREDITBENCH_TORCH at another requirement (e.g. CREDITBENCH_TORCH="torch==2.13.0" with their
 # own --index-url in PIP_INDEX_URL). An unpinned torch would pull gigabytes of CUDA packages.
+_cb_saved_opts="$(set +o)"
 set -euo pipefail
 _cb_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _cb_venv="${CREDITBENCH_VENV:-$_cb_root/.venv}"
@@ -22,21 +23,23 @@ if [ ! -x "$_cb_venv/bin/python" ]; then
   "$_cb_python" -m venv "$_cb_venv"
   "$_cb_venv/bin/python" -m pip install -q -U pip
 fi
+# pip warns once per package about a configured local index that lacks it; that is noise here.
+_cb_filter() { grep -v "^WARNING: Location '" || true; }
 # Re-install only when pyproject.toml or the requested extra changed.
 _cb_stamp="$_cb_venv/.creditbench-installed"
 _cb_want="$(cat "$_cb_root/pyproject.toml" "$_cb_root/bench/bootstrap.sh" | sha256sum | cut -c1-16)-${_cb_extra}"
 if [ "$(cat "$_cb_stamp" 2>/dev/null)" != "$_cb_want" ]; then
   if ! "$_cb_venv/bin/python" -c 'import torch' 2>/dev/null; then
     echo "[creditbench] installing ${CREDITBENCH_TORCH:-torch==2.13.0}"
-    "$_cb_venv/bin/python" -m pip install -q "${CREDITBENCH_TORCH:-torch==2.13.0}"
+    "$_cb_venv/bin/python" -m pip install -q "${CREDITBENCH_TORCH:-torch==2.13.0}" 2>&1 | _cb_filter
   fi
   echo "[creditbench] installing creditbench${_cb_extra:+[$_cb_extra]} (editable)"
   # The constraint keeps pip from replacing the installed torch with another build.
   _cb_torch="$("$_cb_venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
   "$_cb_venv/bin/python" -m pip install -q -e "$_cb_root${_cb_extra:+[$_cb_extra]}" \
-    -c <(echo "torch==$_cb_torch")
+    -c <(echo "torch==$_cb_torch") 2>&1 | _cb_filter
   echo "$_cb_want" > "$_cb_stamp"
 fi
 export PATH="$_cb_venv/bin:$PATH"
 export VIRTUAL_ENV="$_cb_venv"
-set +euo pipefail
+eval "$_cb_saved_opts"
