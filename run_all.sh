@@ -20,7 +20,7 @@ start=$(date +%s)
 
 for size in $SIZES; do
   for seed in $SEEDS; do
-    creditbench train --config results/configs/embedded_grpo.yaml --no-progress \
+    creditbench train --config results/configs/embedded_grpo.yaml \
       --model.name "$size" --seed "$seed" --rl.steps "$STEPS" --tracking.sweep "$SWEEP"
   done
 done

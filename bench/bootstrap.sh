@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Create (once) and activate the project's virtual environment in ./.venv.
 #
-#   source bench/bootstrap.sh [EXTRA]     # EXTRA: a pyproject extra, e.g. "test"
+#   source bench/bootstrap.sh
 #
+# It installs creditbench (editable) with its "test" extra, so the benchmark and the tests share
+# one environment.
 # torch is installed first and pinned to the CPU build (2.13.0) unless the environment already
 # has a torch, so a GPU user can install their own CUDA build into .venv beforehand, or point
 # CREDITBENCH_TORCH at another requirement (e.g. CREDITBENCH_TORCH="torch==2.13.0" with their
@@ -11,7 +13,7 @@ _cb_saved_opts="$(set +o)"
 set -euo pipefail
 _cb_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _cb_venv="${CREDITBENCH_VENV:-$_cb_root/.venv}"
-_cb_extra="${1:-}"
+_cb_extra=test
 _cb_python="${PYTHON:-python3}"
 
 if ! "$_cb_python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then

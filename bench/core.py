@@ -11,7 +11,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
 from torch import Tensor
 
 from bench.errors import CreditBenchError
@@ -147,7 +146,3 @@ def check(cond: bool, message: str) -> None:
     if not cond:
         raise CreditBenchError(message)
 
-
-def group_sizes(group_ids: Tensor) -> Tensor:  # [B] -> [B]: size of each element's group
-    counts = torch.bincount(group_ids)
-    return counts[group_ids]

@@ -21,6 +21,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.loggers import MLFlowLogger
 from torch.utils.data import DataLoader
 
 from bench.config import EvalConfig, RLConfig
@@ -233,7 +234,7 @@ class RLVRModule(L.LightningModule):
         res = self.eval_metric.compute()
         ex = self._eval_extra
         lengths = np.array(ex["lengths"], dtype=float)
-        n_correct = res[f"pass_at_1"] * res["num_problems"] * self.eval_cfg.n
+        n_correct = res["pass_at_1"] * res["num_problems"] * self.eval_cfg.n
         res["mean_length"] = float(lengths.mean())
         res["truncated_frac"] = float(np.mean(ex["truncated"]))
         res["flexible_avg_at_n"] = float(np.mean(ex["flex"]))
@@ -245,7 +246,7 @@ class RLVRModule(L.LightningModule):
         per_problem = self.eval_metric.per_problem()
         self.eval_history.append({"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, **res,
                                   "per_problem_pass_at_1": per_problem[min(per_problem)].tolist()})
-        if self.logger is not None and ex["samples"] and hasattr(self.logger, "experiment"):
+        if ex["samples"] and isinstance(self.logger, MLFlowLogger):
             table = {k: [s[k] for s in ex["samples"][: self.rl.samples_to_log]] for k in ex["samples"][0]}
             self.logger.experiment.log_table(self.logger.run_id, data=table,
                                              artifact_file=f"completions/step_{self.rl_step:06d}.json")

@@ -4,6 +4,6 @@
 #   bash tests/run.sh -m slow    the longer end-to-end tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/bootstrap.sh test
+source bench/bootstrap.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 exec python -m pytest "$@"
