@@ -111,10 +111,15 @@ def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, tempe
     that predict completion tokens.
     """
     input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [B, P+T]
-    attn = torch.cat([prompt_mask, completion_mask], 1)
-    position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
     T = completion_ids.shape[1]
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1)
+    if bool(prompt_mask.all()):
+        # No left padding: plain causal attention is exact for every real token (right padding
+        # only follows them), and lets attention take its unmasked fast path.
+        out = model(input_ids=input_ids, logits_to_keep=T + 1)
+    else:
+        attn = torch.cat([prompt_mask, completion_mask], 1)
+        position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1)
     logits = out.logits[:, :-1]  # [B, T, V]: position P-1+t predicts completion token t
     logprobs = token_logprobs(logits, completion_ids, temperature)
     with torch.no_grad():

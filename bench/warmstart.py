@@ -45,10 +45,9 @@ class SFTModule(L.LightningModule):
             ids[i, : len(s)] = torch.tensor(s)
         pos = torch.arange(T)[None]
         lengths = torch.tensor([len(s) for s in seqs])[:, None]
-        mask = pos < lengths  # [B, T] real tokens (right-padded)
-        labels = ids.masked_fill(~mask | (pos < torch.tensor(p_len)[:, None]), -100)  # loss on the solution only
-        loss = self.model(input_ids=ids.to(self.device), attention_mask=mask.long().to(self.device),
-                          labels=labels.to(self.device)).loss
+        real = pos < lengths  # [B, T]; right padding only follows real tokens, so causal attention needs no mask
+        labels = ids.masked_fill(~real | (pos < torch.tensor(p_len)[:, None]), -100)  # loss on the solution only
+        loss = self.model(input_ids=ids.to(self.device), labels=labels.to(self.device)).loss
         self.log("warmstart/loss", loss, prog_bar=True, batch_size=len(rows))
         return loss
 

@@ -59,6 +59,10 @@ def test_score_matches_a_plain_forward_and_ignores_padding():
     expected = torch.log_softmax(logits, -1).gather(-1, c[:, None]).squeeze(-1)
     assert torch.allclose(s.logprobs[row][: len(c)], expected, atol=1e-5)
     assert s.entropy.shape == gen.completion_ids.shape
+    # rows 0-1 have no prompt padding: the unmasked fast path gives the same log-probs
+    fast = score(model, gen.prompt_ids[:2], gen.prompt_mask[:2], gen.completion_ids[:2], gen.completion_mask[:2])
+    m = gen.completion_mask[:2] == 1
+    assert torch.allclose(fast.logprobs[m], s.logprobs[:2][m], atol=1e-5)
 
 
 def test_sampling_config_rejects_impossible_values():
