@@ -23,6 +23,7 @@ from bench.policy import build_tiny, num_parameters
 from bench.rollout import HFRolloutEngine, SamplingConfig
 from bench.tasks_base import Task
 
+RECIPE_VERSION = "1"  # bump when a code change alters what the warm-start produces: it invalidates the cache
 CHECK_ROWS = 200  # held-out train rows used for the accuracy check (not trained on here)
 
 
@@ -74,7 +75,7 @@ class SFTModule(L.LightningModule):
 
 
 def base_dir(cache_dir: str, task_name: str, task: Task, size: str, cfg: WarmStartConfig) -> Path:
-    key = json.dumps({"task": task_name, "version": task.VERSION, "task_config": dataclasses.asdict(task.config),
+    key = json.dumps({"recipe": RECIPE_VERSION, "task": task_name, "version": task.VERSION, "task_config": dataclasses.asdict(task.config),
                       "size": size, "warmstart": dataclasses.asdict(cfg)}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(cache_dir) / "base" / task_name / f"{size}-{digest}"
