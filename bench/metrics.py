@@ -33,7 +33,7 @@ def metric_key(*parts: str | int) -> str:
 
 
 class PassAtK(Metric):
-    """pass@k for several k, and avg@n, with standard errors over problems.
+    """pass@k for several k (pass@1 always), and avg@n, with standard errors over problems.
 
     ``update(correct)`` takes a [P, n] bool tensor: n samples for each of P problems. ``compute``
     returns {"pass_at_{k}": mean, "pass_at_{k}_se": std/sqrt(P), "avg_at_{n}": ...} and the
@@ -44,7 +44,7 @@ class PassAtK(Metric):
 
     def __init__(self, ks: Sequence[int], **kwargs):
         super().__init__(**kwargs)
-        self.ks = sorted(set(int(k) for k in ks))
+        self.ks = sorted({1} | {int(k) for k in ks})  # pass@1 (= mean accuracy) is always reported
         self.add_state("n", default=[], dist_reduce_fx="cat")
         self.add_state("c", default=[], dist_reduce_fx="cat")
 

@@ -245,7 +245,7 @@ class RLVRModule(L.LightningModule):
         self._log(metrics)
         per_problem = self.eval_metric.per_problem()
         self.eval_history.append({"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, **res,
-                                  "per_problem_pass_at_1": per_problem[min(per_problem)].tolist()})
+                                  "per_problem_pass_at_1": per_problem[1].tolist()})
         if ex["samples"] and isinstance(self.logger, MLFlowLogger):
             table = {k: [s[k] for s in ex["samples"][: self.rl.samples_to_log]] for k in ex["samples"][0]}
             self.logger.experiment.log_table(self.logger.run_id, data=table,

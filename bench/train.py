@@ -16,6 +16,7 @@ import yaml
 
 from bench.config import RunConfig
 from bench.core import Method, build_config, check
+from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
 from bench.tasks_base import Task
 
@@ -97,6 +98,9 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     )
     trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
     trainer.fit(module, datamodule=data)
+    if trainer.interrupted:  # Ctrl-C: Lightning returns from fit; record nothing as finished
+        logger.finalize("KILLED")
+        raise CreditBenchError(f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was recorded as finished")
     if module.eval_history[-1]["step"] != module.rl_step:
         trainer.validate(module, datamodule=data, verbose=False)
     wall = time.perf_counter() - t_start

@@ -60,3 +60,10 @@ def test_metric_keys_are_mlflow_safe():
     assert metric_key("eval", "math500", "pass@16") == "eval/math500/pass_at_16"
     assert metric_key("eval", "a,b(c)", "x") == "eval/a_b_c_/x"
     assert math.isnan(standard_error(np.array([1.0])))
+
+
+def test_pass_at_1_is_always_reported():
+    m = PassAtK(ks=[2])
+    m.update(torch.tensor([[1, 0], [0, 0]], dtype=torch.bool))
+    out = m.compute()
+    assert out["pass_at_1"] == pytest.approx(0.25) and out["pass_at_2"] == pytest.approx(0.5)
