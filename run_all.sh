@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The embedded benchmark: GRPO on the arithmetic task, across tiny model sizes and seeds, on CPU.
 #   ./run_all.sh           two sizes (tiny-500k, tiny-2m) x two seeds, 100 RL steps each
-#   ./run_all.sh --quick   one size (tiny-500k) x two seeds, 50 RL steps each (a few minutes)
+#   ./run_all.sh --quick   one size (tiny-500k) x two seeds, 100 RL steps each (about 7 minutes)
 # Every run starts from the same warm-started base checkpoint of its size (built once, cached in
 # .creditbench/cache), is an MLflow run in ./mlflow.db, and writes results/<sweep>/runs/<run>.json;
 # the last step writes results/<sweep>/summary.csv.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 source bench/bootstrap.sh
 
 case "${1:-}" in
-  --quick) SWEEP=embedded-quick; SIZES="tiny-500k"; SEEDS="0 1"; STEPS=50 ;;
+  --quick) SWEEP=embedded-quick; SIZES="tiny-500k"; SEEDS="0 1"; STEPS=100 ;;
   "") SWEEP=embedded; SIZES="tiny-500k tiny-2m"; SEEDS="0 1"; STEPS=100 ;;
   *) echo "usage: ./run_all.sh [--quick]" >&2; exit 2 ;;
 esac
