@@ -86,6 +86,9 @@ class RLVRModule(L.LightningModule):
         self.eval_history: list[dict[str, Any]] = []
         self._eval_extra: dict[str, list] = {}
 
+    def on_train_start(self) -> None:
+        self.policy.train()  # the step-0 evaluation leaves it in eval mode
+
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
         rl = self.rl
