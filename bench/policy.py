@@ -82,7 +82,7 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32"):
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=getattr(torch, dtype))
-    except OSError as e:
+    except (OSError, ValueError) as e:  # missing files, unreachable Hub, malformed repo id
         raise CreditBenchError(
             f"cannot load model {str(name_or_path)!r}: {str(e).splitlines()[0]} "
             f"(give a local directory, a Hub id reachable from this machine, or a tiny size: {', '.join(TINY_SIZES)})"

@@ -47,6 +47,9 @@ def resolve(cfg: RunConfig) -> Resolved:
         from bench.errors import did_you_mean
 
         raise did_you_mean("model size", cfg.model.name, TINY_SIZES)
+    if cfg.model.name.startswith(("/", "./", "../", "~")) and not Path(cfg.model.name).expanduser().is_dir():
+        raise CreditBenchError(f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
+                               f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})")
     return Resolved(cfg, method, task)
 
 

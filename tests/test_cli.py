@@ -30,6 +30,7 @@ def test_methods_and_tasks_are_listed(capsys):
         (["--method.name", "grpoo"], "unknown method 'grpoo'. Did you mean 'grpo'? Valid methods: grpo"),
         (["--task.name", "arithmetik"], "Did you mean 'arithmetic'"),
         (["--model.name", "tiny-1m"], "Valid model sizes: tiny-2m, tiny-500k, tiny-8m"),
+        (["--model.name", "./no/such/model"], "model directory './no/such/model' does not exist"),
         (["--rl.group_size", "1"], "group_size (G) must be >= 2"),
         (["--eval.n", "2", "--eval.k", "[1, 4]"], "unbiased pass@k needs k <= n"),
         (["--method.options", "{clip: 0.3}"], "has no option 'clip'. Did you mean 'clip_eps'?"),
