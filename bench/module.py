@@ -108,12 +108,12 @@ class RLVRModule(L.LightningModule):
         return [opt], [{"scheduler": torch.optim.lr_scheduler.LambdaLR(opt, factor), "interval": "step"}]
 
     # ------------------------------------------------------------------ one RL step
-    def rollout(self, rows: list[dict], n: int, sampling) -> tuple[RolloutBatch, list[dict]]:
+    def rollout(self, rows: list[dict], n: int, sampling, details: bool) -> tuple[RolloutBatch, list[dict]]:
         prompts = [self.task.prompt(r, self.tokenizer) for r in rows]
         gen = self.engine.generate(prompts, n, sampling)
         expanded = [r for r in rows for _ in range(n)]
         t = time.perf_counter()
-        outcomes = self.task.verify(gen.texts, expanded)
+        outcomes = self.task.verify(gen.texts, expanded, details=details)
         self._verify_s = time.perf_counter() - t
         batch = RolloutBatch(
             prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
@@ -184,7 +184,7 @@ class RLVRModule(L.LightningModule):
     def training_step(self, rows: list[dict], batch_idx: int) -> None:
         rl = self.rl
         t0 = time.perf_counter()
-        batch, _ = self.rollout(rows, rl.group_size, rl.sampling)
+        batch, _ = self.rollout(rows, rl.group_size, rl.sampling, details=False)
         t1 = time.perf_counter()
         fused = rl.ppo_epochs == 1 and rl.minibatches == 1
         self.score_batch(batch, fused)
@@ -221,7 +221,7 @@ class RLVRModule(L.LightningModule):
 
     def validation_step(self, rows: list[dict], batch_idx: int) -> None:
         n = self.eval_cfg.n
-        batch, info = self.rollout(rows, n, self.eval_cfg.sampling)
+        batch, info = self.rollout(rows, n, self.eval_cfg.sampling, details=True)
         self.eval_metric.update(batch.correct.view(len(rows), n).cpu())
         ex = self._eval_extra
         ex["lengths"].extend(batch.lengths.tolist())

@@ -38,5 +38,7 @@ class Task:
     def prompt(self, row: dict[str, Any], tokenizer=None) -> str:
         raise NotImplementedError
 
-    def verify(self, completions: list[str], rows: list[dict[str, Any]]) -> list[Outcome]:
+    def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
+        """One Outcome per completion. ``details=False`` (training rollouts) may skip what only
+        reports need, e.g. the flexible extraction; reward and correctness must not change."""
         raise NotImplementedError

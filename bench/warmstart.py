@@ -64,7 +64,7 @@ class SFTModule(L.LightningModule):
     def accuracy(self) -> float:
         prompts = [self.task.prompt(r, self.tokenizer) for r in self.check_rows]
         gen = self.engine.generate(prompts, 1, SamplingConfig(max_new_tokens=64))
-        outcomes = self.task.verify(gen.texts, self.check_rows)
+        outcomes = self.task.verify(gen.texts, self.check_rows, details=False)
         return sum(o.correct for o in outcomes) / len(outcomes)
 
     def configure_optimizers(self):

@@ -112,5 +112,5 @@ class Arithmetic(Task):
             )
         return text
 
-    def verify(self, completions: list[str], rows: list[dict[str, Any]]) -> list[Outcome]:
-        return self.grader(completions, [r["answer"] for r in rows])
+    def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
+        return self.grader(completions, [r["answer"] for r in rows], flexible=details)

@@ -41,20 +41,23 @@ def _gold(answer: str, timeout: int):
     return parse(text, extraction_config=FLEXIBLE, parsing_timeout=timeout)
 
 
-def grade_one(completion: str, answer: str, timeout: int = 5) -> Outcome:
-    """Grade one completion against a gold answer string, in the current (main) thread."""
+def grade_one(completion: str, answer: str, timeout: int = 5, flexible: bool = True) -> Outcome:
+    """Grade one completion against a gold answer string, in the current (main) thread.
+    ``flexible=False`` skips the report-only lenient extraction (half the work)."""
     gold = _gold(answer, timeout)
     text = completion[-MAX_CHARS:]
     strict = parse(text, extraction_config=STRICT, parsing_timeout=timeout)
     ok = bool(gold) and bool(strict) and verify(gold, strict, timeout_seconds=timeout)
+    if not flexible:
+        return Outcome(reward=float(ok), correct=bool(ok), parsed=str(strict[-1]) if strict else None)
     flex = parse(text, extraction_config=FLEXIBLE, parsing_timeout=timeout)
     ok_flex = bool(gold) and bool(flex) and verify(gold, flex, timeout_seconds=timeout)
     parsed = str(strict[-1]) if strict else (str(flex[-1]) if flex else None)
     return Outcome(reward=float(ok), correct=bool(ok), parsed=parsed, correct_flexible=bool(ok_flex))
 
 
-def _grade_many(pairs: list[tuple[str, str]], timeout: int) -> list[Outcome]:
-    return [grade_one(c, a, timeout) for c, a in pairs]
+def _grade_many(pairs: list[tuple[str, str]], timeout: int, flexible: bool) -> list[Outcome]:
+    return [grade_one(c, a, timeout, flexible) for c, a in pairs]
 
 
 class MathGrader:
@@ -69,14 +72,14 @@ class MathGrader:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
 
-    def __call__(self, completions: list[str], answers: list[str]) -> list[Outcome]:
+    def __call__(self, completions: list[str], answers: list[str], flexible: bool = True) -> list[Outcome]:
         pairs = list(zip(completions, answers, strict=True))
         if self.workers == 0 and threading.current_thread() is threading.main_thread():
-            return _grade_many(pairs, self.timeout)
+            return _grade_many(pairs, self.timeout, flexible)
         pool = self._get_pool()
         n = max(self.workers, 1)
         chunks = [pairs[i::n] for i in range(n)]
-        results = list(pool.map(_grade_many, chunks, [self.timeout] * n))
+        results = list(pool.map(_grade_many, chunks, [self.timeout] * n, [flexible] * n))
         out: list[Outcome] = [None] * len(pairs)  # type: ignore[list-item]
         for i, chunk in enumerate(results):
             out[i::n] = chunk

@@ -46,3 +46,11 @@ def test_grading_from_a_worker_thread_does_not_break_on_signal_timeouts(grader):
 def test_pathological_answer_is_wrong_not_a_crash(grader):
     out = grader(["\\boxed{" + "9" * 5000 + "}", "\\boxed{2^{2^{2^{2^{2^{2}}}}}}"], ["3", "3"])
     assert [o.correct for o in out] == [False, False]
+
+
+def test_training_mode_skips_only_the_report_fields(grader):
+    completions = ["\\boxed{100}", "the answer is 100", "\\boxed{7}"]
+    full = grader(completions, ["100"] * 3)
+    fast = grader(completions, ["100"] * 3, flexible=False)
+    assert [o.reward for o in fast] == [o.reward for o in full] == [1.0, 0.0, 0.0]
+    assert all(o.correct_flexible is None for o in fast) and full[1].correct_flexible is True
