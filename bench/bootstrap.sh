@@ -33,7 +33,7 @@ _cb_want="$(cat "$_cb_root/pyproject.toml" "$_cb_root/bench/bootstrap.sh" | sha2
 if [ "$(cat "$_cb_stamp" 2>/dev/null)" != "$_cb_want" ]; then
   if ! "$_cb_venv/bin/python" -c 'import torch' 2>/dev/null; then
     echo "[creditbench] installing ${CREDITBENCH_TORCH:-torch==2.13.0}"
-    "$_cb_venv/bin/python" -m pip install -q "${CREDITBENCH_TORCH:-torch==2.13.0}" 2>&1 | _cb_filter
+    "$_cb_venv/bin/python" -m pip install -q "${CREDITBENCH_TORCH:-torch==2.13.0}" numpy 2>&1 | _cb_filter
   fi
   echo "[creditbench] installing creditbench${_cb_extra:+[$_cb_extra]} (editable)"
   # The constraint keeps pip from replacing the installed torch with another build.
