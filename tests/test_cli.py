@@ -18,8 +18,11 @@ def error_line(err: str) -> str:
 
 
 def test_methods_and_tasks_are_listed(capsys):
+    from bench.registry import METHODS
+
     code, out, _ = run_cli(capsys, "methods")
-    assert code == 0 and out.startswith("grpo ") and "2402.03300" in out
+    listed = [line.split()[0] for line in out.splitlines()]
+    assert code == 0 and listed == METHODS.names() and "2402.03300" in out
     code, out, _ = run_cli(capsys, "tasks")
     assert code == 0 and "arithmetic" in out and "(v1)" in out
 
@@ -27,7 +30,8 @@ def test_methods_and_tasks_are_listed(capsys):
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["--method.name", "grpoo"], "unknown method 'grpoo'. Did you mean 'grpo'? Valid methods: grpo"),
+        (["--method.name", "grpoo"], "unknown method 'grpoo'. Did you mean 'grpo'"),
+        (["--method.name", "grpoo"], "Valid methods: dr_grpo, grpo, gspo"),
         (["--task.name", "arithmetik"], "Did you mean 'arithmetic'"),
         (["--model.name", "tiny-1m"], "Valid model sizes: tiny-2m, tiny-500k, tiny-8m"),
         (["--model.name", "./no/such/model"], "model directory './no/such/model' does not exist"),

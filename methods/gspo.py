@@ -1,0 +1,87 @@
+"""GSPO: Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071).
+
+The importance ratio is taken per sequence, as the length-normalised likelihood ratio
+
+    s_i = (pi(y_i|x) / pi_old(y_i|x))^(1/|y_i|) = exp(1/|y_i| sum_t l_it),   l_it = log-ratio,
+
+and clipped per sequence with a very small range (eps_low, eps_high) = (3e-4, 4e-4) (eq. 5-7):
+
+    L = -1/G sum_i min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i)
+
+Every token of a sequence gets the same weight s_i A_i / |y_i| in the gradient (eq. 10): the
+uniform credit that S-trace generalises. GSPO-token (eq. 13-14) writes the same objective per
+token with s_it = sg[s_i] * pi(y_it) / sg[pi(y_it)], which equals GSPO in value, clipping and
+gradient when A_it = A_i, and allows per-token advantages.
+
+Here the sequence loss is placed on each valid token and averaged with ``seq-mean-token-mean``,
+which gives exactly the sequence mean above. A is the GRPO group-normalised advantage.
+Deviations: 1. the paper omits the KL term (beta = 0 here); 2. verl clamps the sequence
+log-ratio at 10, which is not done here (it only matters far outside the clip range).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from bench.core import LossOutput, MethodConfig, RolloutBatch, check
+from bench.numerics import masked_mean
+from bench.registry import METHODS
+from methods.common import clipped_surrogate
+from methods.grpo import GRPO
+
+
+@dataclass(frozen=True)
+class GSPOConfig(MethodConfig):
+    aggregation: str = "seq-mean-token-mean"
+    """Mean over sequences (each sequence's loss sits on all its tokens)."""
+    kl_coef: float = 0.0
+    """Omitted in the paper."""
+    clip_low: float = 3e-4
+    """Lower clip range of the sequence ratio (paper: 3e-4)."""
+    clip_high: float = 4e-4
+    """Upper clip range of the sequence ratio (paper: 4e-4)."""
+    scale_rewards: bool = True
+    """Group-normalised advantage, as GRPO."""
+    adv_eps: float = 1e-4
+    """Added to the group std before dividing."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 < self.clip_low < 1 and self.clip_high > 0, "GSPO needs 0 < clip_low < 1 and clip_high > 0")
+
+
+def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:  # [B]
+    """log s_i = mean over valid tokens of log pi - log pi_old."""
+    return masked_mean(logprobs - old_logprobs, mask, dim=-1)
+
+
+@METHODS.register("gspo")
+class GSPO(GRPO):
+    Config = GSPOConfig
+    description = "sequence-level (length-normalised) importance ratio, clipped per sequence"
+    paper = "Group Sequence Policy Optimization (Zheng et al. 2025), arXiv 2507.18071"
+
+    def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
+        mask = batch.completion_mask
+        log_s = sequence_log_ratio(logprobs, batch.old_logprobs, mask)  # [B]
+        adv = credit[:, 0]  # outcome advantage: the same on every token
+        loss, clipped = clipped_surrogate(log_s, adv, self.config.clip_low, self.config.clip_high)  # [B]
+        shape = mask.shape
+        return LossOutput(loss[:, None].expand(shape), {"clip_frac": clipped[:, None].expand(shape).float()})
+
+
+@METHODS.register("gspo_token")
+class GSPOToken(GSPO):
+    description = "GSPO with per-token ratios sg[s_i] * pi/sg[pi], allowing per-token advantages"
+    paper = "Group Sequence Policy Optimization (Zheng et al. 2025), arXiv 2507.18071, eq. 13-14"
+
+    def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
+        mask = batch.completion_mask
+        log_s = sequence_log_ratio(logprobs, batch.old_logprobs, mask).detach()  # [B]
+        log_ratio = log_s[:, None] + logprobs - logprobs.detach()  # [B, T]: value log s_i, gradient of log pi_t
+        loss, clipped = clipped_surrogate(log_ratio, credit, self.config.clip_low, self.config.clip_high)
+        return LossOutput(loss, {"clip_frac": clipped.float()})
+
+

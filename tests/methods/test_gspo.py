@@ -1,0 +1,68 @@
+import math
+
+import pytest
+import torch
+
+from bench.numerics import aggregate
+from methods.dr_grpo import DrGRPO
+from methods.gspo import GSPO, GSPOConfig, GSPOToken
+from test_grpo import make_batch
+
+
+def test_dr_grpo_hand_worked():
+    """Rewards [1, 0, 0, 0] in one group: A = R - 0.25 = [0.75, -0.25, -0.25, -0.25] (no std).
+    On-policy (ratio 1) the per-token loss is -A; seq 0 has 2 valid tokens, the others 3, budget 3:
+    seq-mean-token-sum-norm = (-0.75*2 + 0.25*3*3) / (4 * 3) = (-1.5 + 2.25) / 12 = 0.0625."""
+    batch = make_batch([1.0, 0.0, 0.0, 0.0], [0, 0, 0, 0], mask=[[1, 1, 0]] + [[1, 1, 1]] * 3)
+    m = DrGRPO()
+    credit = m.credit(batch)
+    assert credit[:, 0].tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
+    out = m.loss(batch, batch.old_logprobs.clone(), credit)
+    total = aggregate(out.loss, batch.completion_mask, m.config.aggregation, max_len=batch.max_new_tokens)
+    assert float(total) == pytest.approx(0.0625)
+    assert (m.config.kl_coef, m.config.scale_rewards) == (0.0, False)
+
+
+def test_gspo_sequence_ratio_and_clip_hand_worked():
+    """Rewards [1, 0]: A = +-0.5/(sqrt(0.5)+1e-4) = +-0.70700.
+    Seq 0 log-ratios [0.1, 0.3] (2 valid tokens): log s = 0.2, s = 1.2214 > 1 + 4e-4, A > 0 ->
+    clipped: loss = -(1.0004) * 0.70700. Seq 1 log-ratios [0, 0, 3e-3] (3 tokens): log s = 1e-3,
+    s = 1.0010005, A < 0 -> min(-s*0.707, -1.0004*0.707) = -s*0.707 (unclipped): loss = +s*0.70700.
+    seq-mean-token-mean: the mean of the two sequence losses."""
+    new = torch.tensor([[0.1, 0.3, 9.0], [0.0, 0.0, 3e-3]])
+    batch = make_batch([1.0, 0.0], [0, 0], mask=[[1, 1, 0], [1, 1, 1]])
+    m = GSPO()
+    credit = m.credit(batch)
+    out = m.loss(batch, new, credit)
+    a = 0.5 / (math.sqrt(0.5) + 1e-4)
+    s1 = math.exp(1e-3)
+    assert out.loss[0, :2].tolist() == pytest.approx([-1.0004 * a] * 2)
+    assert out.loss[1].tolist() == pytest.approx([s1 * a] * 3)
+    assert out.stats["clip_frac"][:, 0].tolist() == [1.0, 0.0]
+    total = aggregate(out.loss, batch.completion_mask, m.config.aggregation)
+    assert float(total) == pytest.approx((-1.0004 * a + s1 * a) / 2, abs=1e-6)
+
+
+def test_gspo_token_equals_gspo_in_value_and_gradient():
+    """GSPO eq. 13-14: with A_it = A_i, GSPO-token is GSPO in objective, clipping and gradient."""
+    torch.manual_seed(0)
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        B, T = 8, 7
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        mask = (torch.arange(T)[None] < lengths[:, None]).long().tolist()
+        batch = make_batch(torch.randint(0, 2, (B,), generator=g).float().tolist(),
+                           torch.arange(2).repeat_interleave(4).tolist(), T=T, mask=mask,
+                           old=-torch.rand(B, T, generator=g))
+        cfg = GSPOConfig(clip_low=0.05, clip_high=0.05)
+        grads, values = [], []
+        for cls in (GSPO, GSPOToken):
+            m = cls(cfg)
+            lp = (batch.old_logprobs + 0.03 * torch.randn(B, T, generator=g.manual_seed(seed + 100))).requires_grad_()
+            out = m.loss(batch, lp, m.credit(batch))
+            total = aggregate(out.loss, batch.completion_mask, cfg.aggregation)
+            total.backward()
+            values.append(float(total))
+            grads.append(lp.grad.clone())
+        assert values[0] == pytest.approx(values[1], abs=1e-6)
+        assert torch.allclose(grads[0], grads[1], atol=1e-6)
