@@ -75,6 +75,7 @@ class RLVRModule(L.LightningModule):
             raise CreditBenchError("method needs reference log-probs but no reference policy was given")
         self.automatic_optimization = False
         self.policy, self.ref_policy, self.tokenizer = policy, ref_policy, tokenizer
+        policy.train()  # from_pretrained returns models in eval mode
         if ref_policy is not None:
             ref_policy.requires_grad_(False).eval()
         self.method, self.task, self.task_name, self.rl, self.eval_cfg = method, task, task_name, rl, eval_cfg
@@ -85,9 +86,6 @@ class RLVRModule(L.LightningModule):
         self.tokens = 0  # completion tokens generated for training
         self.eval_history: list[dict[str, Any]] = []
         self._eval_extra: dict[str, list] = {}
-
-    def on_train_start(self) -> None:
-        self.policy.train()  # the step-0 evaluation leaves it in eval mode
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
