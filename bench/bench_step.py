@@ -78,7 +78,7 @@ def floor_steps(size: str, steps: int) -> list[float]:
                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
         comp = seq[:, ids.shape[1] :]
         cmask = torch.ones_like(comp)
-        s = score(model, ids, mask, comp, cmask)
+        s = score(model, ids, mask, comp, cmask, with_entropy=False)
         aggregate(-s.logprobs, cmask, "token-mean").backward()
         opt.step()
         opt.zero_grad()

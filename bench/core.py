@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from bench.errors import CreditBenchError
+from bench.errors import CreditBenchError, suggestion
 
 # What a method may ask the engine to compute for it (``Method.needs``).
 NEEDS = frozenset({"entropy", "ref_logprobs", "hidden_residual"})
@@ -126,15 +126,11 @@ class Method:
 
 def build_config(cls: type, values: dict[str, Any], what: str) -> Any:
     """Instantiate dataclass ``cls`` from ``values``; unknown keys and wrong types are user errors."""
-    import difflib
-
-    names = {f.name: f for f in dataclasses.fields(cls)}
+    names = sorted(f.name for f in dataclasses.fields(cls))
     for key in values:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise CreditBenchError(
-                f"{what} has no option {key!r}.{hint} Valid options: {', '.join(sorted(names))}."
+                f"{what} has no option {key!r}.{suggestion(key, names)} Valid options: {', '.join(names)}."
             )
     try:
         return cls(**values)

@@ -10,10 +10,15 @@ class CreditBenchError(ValueError):
     """A user-facing error; the CLI prints its message on one line and exits with status 2."""
 
 
+def suggestion(name: str, choices: Iterable[str]) -> str:
+    """' Did you mean 'x' or 'y'?' for the choices closest to ``name``, or ''."""
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
 def did_you_mean(kind: str, name: str, choices: Iterable[str]) -> CreditBenchError:
     choices = sorted(choices)
-    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = suggestion(name, choices)
     return CreditBenchError(
         f"unknown {kind} {name!r}.{hint} Valid {kind}s: {', '.join(choices) or '(none registered)'}."
     )

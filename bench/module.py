@@ -124,17 +124,17 @@ class RLVRModule(L.LightningModule):
         )
         return batch, [{"parsed": o.parsed, "correct_flexible": o.correct_flexible} for o in outcomes]
 
-    def _forward(self, model, b: RolloutBatch):
+    def _forward(self, model, b: RolloutBatch, with_entropy: bool):
         return score(model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
-                     self.rl.sampling.temperature or 1.0)
+                     self.rl.sampling.temperature or 1.0, with_entropy)
 
     @torch.no_grad()
     def score_batch(self, batch: RolloutBatch, fused: bool) -> None:
         """Fill what the method needs that the training forward cannot provide."""
         if "ref_logprobs" in self.method.required:
-            batch.ref_logprobs = self._forward(self.ref_policy, batch).logprobs
+            batch.ref_logprobs = self._forward(self.ref_policy, batch, with_entropy=False).logprobs
         if not fused:
-            s = self._forward(self.policy, batch)
+            s = self._forward(self.policy, batch, with_entropy=True)
             batch.old_logprobs, batch.entropy = s.logprobs, s.entropy
 
     def update(self, batch: RolloutBatch, fused: bool) -> dict[str, float]:
@@ -150,7 +150,7 @@ class RLVRModule(L.LightningModule):
                 else:
                     idx = order.tensor_split(rl.minibatches)[mb_index]
                     mb = batch.select(idx)
-                s = self._forward(self.policy, mb)
+                s = self._forward(self.policy, mb, with_entropy=fused)  # else the scoring pass had it
                 if fused:  # single on-policy update: behaviour = current policy, ratio == 1
                     batch.old_logprobs, batch.entropy = s.logprobs.detach(), s.entropy
                     credit = self.method.credit(batch)

@@ -100,15 +100,16 @@ def num_parameters(model) -> int:
 @dataclass
 class Scores:
     logprobs: Tensor  # [B, T] log pi(y_t) at the sampling temperature (with grad if enabled)
-    entropy: Tensor  # [B, T] detached
+    entropy: Tensor | None  # [B, T] detached; None unless asked for
 
 
-def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0) -> Scores:
+def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
+          with_entropy: bool = True) -> Scores:
     """Per-token log-probs (and entropies) of the completions under ``model``.
 
     Prompts are left-padded and completions right-padded; positions count real tokens only, so a
     padded row is scored exactly like an unpadded one. Logits are only computed for the positions
-    that predict completion tokens.
+    that predict completion tokens; the entropy (a pass over the vocabulary) only when asked for.
     """
     input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [B, P+T]
     T = completion_ids.shape[1]
@@ -122,6 +123,8 @@ def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, tempe
         out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1)
     logits = out.logits[:, :-1]  # [B, T, V]: position P-1+t predicts completion token t
     logprobs = token_logprobs(logits, completion_ids, temperature)
+    if not with_entropy:
+        return Scores(logprobs, None)
     with torch.no_grad():
         entropy = entropy_from_logits(logits.detach(), temperature)
     return Scores(logprobs, entropy)
