@@ -1,9 +1,10 @@
 """Benchmark: where one RL step's time goes, per tiny size, against its floor.
 
-    python -m bench.bench_step [--sizes tiny-500k tiny-2m tiny-8m] [--steps 6] [--out results/benchmarks]
+    python -m bench.bench_step [--sizes tiny-500k tiny-2m tiny-8m] [--steps 6] [--method grpo]
+                               [--task arithmetic] [--out results/benchmarks]
 
-For each size, a GRPO step of the embedded default (16 prompts x G=8, 36 new tokens, fp32) runs
-through the real Lightning module and is split into rollout (generate), verify, score (the
+For each size, an RL step of the embedded default (GRPO on arithmetic unless told otherwise;
+16 prompts x G=8, 36 new tokens, fp32) runs through the real Lightning module and is split into rollout (generate), verify, score (the
 forward passes the update cannot provide, e.g. the KL reference) and update (forward, backward,
 clip, AdamW). The floor is what no RL step can avoid: a bare ``generate`` of the same batch plus
 one forward/backward and optimizer step over the same tokens. Both are measured in the same
@@ -45,15 +46,15 @@ class MemoryLogger(Logger):
         pass
 
 
-def rl_steps(size: str, steps: int, kl_coef: float) -> list[dict[str, float]]:
-    task = TASKS.get("arithmetic")()
-    method_cls = METHODS.get("grpo")
+def rl_steps(size: str, steps: int, kl_coef: float, method_name: str, task_name: str) -> list[dict[str, float]]:
+    task = TASKS.get(task_name)()
+    method_cls = METHODS.get(method_name)
     method = method_cls(method_cls.Config(kl_coef=kl_coef))
     L.seed_everything(0, verbose=False)
     model, tok = build_tiny(size)
     ref = build_tiny(size)[0] if kl_coef > 0 else None
     rl = RLConfig(steps=steps)
-    module = RLVRModule(model, tok, method, task, "arithmetic", rl, EvalConfig(every=10**6), ref_policy=ref)
+    module = RLVRModule(model, tok, method, task, task_name, rl, EvalConfig(every=10**6), ref_policy=ref)
     logger = MemoryLogger()
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=logger, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -62,8 +63,8 @@ def rl_steps(size: str, steps: int, kl_coef: float) -> list[dict[str, float]]:
     return [r for r in logger.rows if "time/step_s" in r]
 
 
-def floor_steps(size: str, steps: int) -> list[float]:
-    task = TASKS.get("arithmetic")()
+def floor_steps(size: str, steps: int, task_name: str) -> list[float]:
+    task = TASKS.get(task_name)()
     rows = list(task.load("eval"))
     model, tok = build_tiny(size)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -90,15 +91,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["tiny-500k", "tiny-2m", "tiny-8m"])
     ap.add_argument("--steps", type=int, default=6, help="measured steps per setting (after 2 warm-up steps)")
+    ap.add_argument("--method", default="grpo", help="a registered method (its paper config, with beta 0 and 0.04)")
+    ap.add_argument("--task", default="arithmetic", help="a registered task with an eval split")
     ap.add_argument("--out", default="results/benchmarks")
     a = ap.parse_args()
+    METHODS.get(a.method), TASKS.get(a.task)  # unknown names fail here, before any work
     torch.set_num_threads(min(2, torch.get_num_threads()))
     results = []
     for size in a.sizes:
         params = num_parameters(build_tiny(size)[0])
         for kl in (0.0, 0.04):
-            rows = rl_steps(size, a.steps + 2, kl)[2:]
-            floor = floor_steps(size, a.steps + 2)[2:]
+            rows = rl_steps(size, a.steps + 2, kl, a.method, a.task)[2:]
+            floor = floor_steps(size, a.steps + 2, a.task)[2:]
             med = {k: statistics.median(r[k] for r in rows) for k in
                    ("time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")}
             tokens = statistics.median(r["train/response_length"] for r in rows) * 128
@@ -109,7 +113,7 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    lines = [f"# One GRPO RL step, broken down ({machine})", "",
+    lines = [f"# One {a.method} RL step on {a.task}, broken down ({machine})", "",
              "16 prompts x G=8, up to 36 new tokens, fp32, median of "
              f"{a.steps} steps after 2 warm-up steps. Floor = bare generate + one forward/backward + AdamW step "
              "over the same tokens.", "",
@@ -125,4 +129,12 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from bench.errors import CreditBenchError
+
+    try:
+        main()
+    except CreditBenchError as e:
+        print(f"bench_step: error: {e}", file=sys.stderr)
+        sys.exit(2)
