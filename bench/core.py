@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
+import torch
 from torch import Tensor
 
 from bench.errors import CreditBenchError, suggestion
 
 # What a method may ask the engine to compute for it (``Method.needs``).
-NEEDS = frozenset({"entropy", "ref_logprobs", "hidden_residual"})
+NEEDS = frozenset({"entropy", "ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual"})
 
 
 @dataclass
@@ -35,9 +36,13 @@ class RolloutBatch:
     old_logprobs: Tensor | None = None  # [B, T] behaviour policy log pi_old(y_t)
     entropy: Tensor | None = None  # [B, T] entropy of pi_old(. | y_<t) at the sampling temperature
     ref_logprobs: Tensor | None = None  # [B, T] reference policy log pi_ref(y_t)
-    hidden_residual: Tensor | None = None  # [B, T] ||h_adapter_on - h_adapter_off||_2
+    ref_entropy: Tensor | None = None  # [B, T] entropy of pi_ref(. | y_<t)
+    ref_kl: Tensor | None = None  # [B, T] exact KL(pi_old(. | y_<t) || pi_ref(. | y_<t)) over the vocabulary
+    hidden_residual: Tensor | None = None  # [B, T] ||h_adapter_on - h_adapter_off||_2 (last layer)
+    extra: dict[str, Tensor] = field(default_factory=dict)  # per-row tensors ([B, ...]) a method adds
     prompts: list[str] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # the task row (problem) each completion answers
 
     @property
     def lengths(self) -> Tensor:  # [B]
@@ -56,8 +61,57 @@ class RolloutBatch:
                 v = v[index]
             elif isinstance(v, list) and v:
                 v = [v[i] for i in index.tolist()]
+            elif isinstance(v, dict):
+                v = {k: t[index] for k, t in v.items()}
             out[f.name] = v
         return RolloutBatch(**out)
+
+    @staticmethod
+    def concat(batches: list[RolloutBatch]) -> RolloutBatch:
+        """Stack batches row-wise, right-padding per-token tensors to the longest ``T`` (prompts
+        are left-padded to the longest ``P``). Optional fields must be set in all or none."""
+        T = max(b.completion_ids.shape[1] for b in batches)
+        P = max(b.prompt_ids.shape[1] for b in batches)
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(RolloutBatch):
+            vals = [getattr(b, f.name) for b in batches]
+            if f.name == "max_new_tokens":
+                out[f.name] = max(vals)
+            elif f.name in ("prompt_ids", "prompt_mask"):
+                out[f.name] = torch.cat([torch.nn.functional.pad(v, (P - v.shape[1], 0)) for v in vals])
+            elif isinstance(vals[0], Tensor) or (vals[0] is None and any(v is not None for v in vals)):
+                if any(v is None for v in vals):
+                    raise ValueError(f"cannot concatenate batches where only some have {f.name}")
+                out[f.name] = torch.cat([_pad_right(v, T) for v in vals])
+            elif isinstance(vals[0], dict):
+                keys = set(vals[0])
+                if any(set(v) != keys for v in vals):
+                    raise ValueError("cannot concatenate batches with different extra fields")
+                out[f.name] = {k: torch.cat([_pad_right(v[k], T) for v in vals]) for k in keys}
+            elif isinstance(vals[0], list):
+                out[f.name] = [x for v in vals for x in v]
+            else:
+                out[f.name] = None
+        return RolloutBatch(**out)
+
+
+def _pad_right(v: Tensor, T: int) -> Tensor:
+    """Right-pad dim 1 of a [B, t, ...] tensor with zeros to T; [B] tensors pass through."""
+    if v.dim() < 2:
+        return v
+    return torch.nn.functional.pad(v, (0, 0) * (v.dim() - 2) + (0, T - v.shape[1]))
+
+
+class Sampler(Protocol):
+    """What the engine offers a method that generates more rollouts itself (``Method.augment``)."""
+
+    def complete(self, batch: RolloutBatch, index: Tensor, prefixes: list[Tensor]) -> RolloutBatch:
+        """For each row ``index[j]`` of ``batch``, continue the completion ``prefixes[j]`` (a 1-D
+        tensor of token ids) with the current policy up to ``batch.max_new_tokens`` tokens in all,
+        and verify it against that row's problem. Returns a batch of ``len(index)`` rows with the
+        same prompts, rows and group ids; completion = prefix + continuation. Log-probs are filled
+        by the engine afterwards, like any rollout's."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -119,6 +173,23 @@ class Method:
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         raise NotImplementedError
+
+    # Optional hooks. The engine calls them for every method; the defaults do nothing.
+    @property
+    def generation_rounds(self) -> int:
+        """How many rollout batches the engine may generate per step to fill it with groups that
+        ``keep_groups`` keeps (DAPO's dynamic sampling); 1 means no refilling."""
+        return 1
+
+    def keep_groups(self, batch: RolloutBatch) -> Tensor | None:
+        """[num_groups] bool: the groups to train on, or None for all. Dropped groups are replaced
+        by groups of fresh prompts, up to ``generation_rounds`` rollout batches per step."""
+        return None
+
+    def augment(self, batch: RolloutBatch, sampler: Sampler) -> RolloutBatch:
+        """Add rollouts the method generates itself (e.g. IBPO's repaired trajectories) before
+        scoring; returns the batch to train on. Rows added must keep the batch's group ids."""
+        return batch
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         raise NotImplementedError

@@ -46,3 +46,23 @@ def clipped_surrogate(
     loss = -torch.minimum(unclipped, clipped_obj)
     clipped = ((ratio < 1.0 - clip_low) & (advantages < 0)) | ((ratio > 1.0 + clip_high) & (advantages > 0))
     return loss, clipped
+
+
+def entropy_top_mask(entropy: Tensor, mask: Tensor, rho: float, population: str = "batch") -> Tensor:
+    """[B, T] bool: valid tokens whose entropy is among the top ``rho`` fraction (the 80/20 rule).
+
+    The threshold is the (1 - rho)-quantile (linear interpolation, as torch.quantile in TRL) of the
+    entropies of the valid tokens of the whole batch (``population="batch"``, as TRL and the 80/20
+    code) or of each sequence separately (``"sequence"``); tokens with H >= threshold are kept.
+    """
+    valid = mask.bool()
+    if population == "batch":
+        if not valid.any():
+            return valid
+        tau = torch.quantile(entropy[valid].float(), 1.0 - rho)
+        return valid & (entropy >= tau)
+    if population == "sequence":
+        h = entropy.float().masked_fill(~valid, float("nan"))
+        tau = torch.nanquantile(h, 1.0 - rho, dim=-1, keepdim=True)  # [B, 1]; nan for empty rows
+        return valid & (entropy >= tau)
+    raise ValueError(f"unknown entropy quantile population {population!r}; valid: batch, sequence")
