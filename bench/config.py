@@ -13,12 +13,35 @@ from bench.rollout import SamplingConfig
 
 
 @dataclass
+class LoRAConfig:
+    """LoRA adapters through peft (rank 0: full fine-tuning). With LoRA the reference policy is the
+    base model itself (the adapter disabled), so no copy of the weights is kept."""
+
+    rank: int = 0
+    """Adapter rank r (0 disables LoRA)."""
+    alpha: float = 32.0
+    """Scaling alpha (the update is alpha / r * B A)."""
+    dropout: float = 0.0
+    """Dropout on the adapter input (0 keeps training deterministic and the ratio exactly 1 on-policy)."""
+    targets: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Module names to adapt (e.g. q_proj, v_proj), or ["all-linear"] for every linear layer but the LM head."""
+
+    def __post_init__(self) -> None:
+        check(self.rank >= 0, f"model.lora.rank must be >= 0, got {self.rank}")
+        check(self.alpha > 0, f"model.lora.alpha must be > 0, got {self.alpha}")
+        check(0 <= self.dropout < 1, f"model.lora.dropout must be in [0, 1), got {self.dropout}")
+        check(len(self.targets) > 0, "model.lora.targets must name at least one module (or all-linear)")
+
+
+@dataclass
 class ModelConfig:
     name: str = "tiny-500k"
     """A tiny size (tiny-500k, tiny-2m, tiny-8m: warm-started on the task first), a local
     directory or a Hugging Face Hub id (loaded with from_pretrained as is)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype when loading a checkpoint."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters (ARCA needs them; the ARCA paper compares rank-matched baselines)."""
 
 
 @dataclass

@@ -2,18 +2,21 @@
 
 One training step (manual optimization):
 
-    rows -> rollout (HF generate, G per prompt) -> verify (task) -> score (only what the method
-    needs) -> credit (method) -> PPO epochs x minibatches of: loss (method) + beta*KL, aggregate,
-    backward, clip, step -> log
+    rows -> rollout (HF generate, G per prompt) -> verify (task) [-> refill dropped groups with fresh
+    prompts (method.keep_groups)] [-> method.augment] -> score (only what the method needs) ->
+    credit (method) -> PPO epochs x minibatches of: loss (method) + beta*KL, aggregate, backward,
+    clip, step -> log (including the credit/* diagnostics of bench.diagnostics)
 
 The module never branches on a method's or a task's name: a method declares ``needs`` and the
-module computes exactly that. When there is a single on-policy update (1 epoch, 1 minibatch) the
+module computes exactly that. With LoRA (a peft model) the reference policy is the base model with
+the adapter disabled, so the reference forward and ARCA's adapter-off hidden states are one pass. When there is a single on-policy update (1 epoch, 1 minibatch) the
 behaviour log-probs and entropies come from the training forward itself (detached), so no
 separate scoring forward is spent; the ratio is then exactly 1, as in on-policy GRPO.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -25,7 +28,8 @@ from lightning.pytorch.loggers import MLFlowLogger
 from torch.utils.data import DataLoader
 
 from bench.config import EvalConfig, RLConfig
-from bench.core import Method, RolloutBatch
+from bench.core import NEEDS, Method, RolloutBatch
+from bench.diagnostics import credit_diagnostics
 from bench.errors import CreditBenchError
 from bench.metrics import PassAtK, metric_key
 from bench.numerics import aggregate, k3_kl, masked_mean
@@ -33,7 +37,7 @@ from bench.policy import score
 from bench.rollout import HFRolloutEngine
 from bench.tasks_base import Task
 
-SUPPORTED_NEEDS = frozenset({"entropy", "ref_logprobs"})
+REFERENCE_NEEDS = frozenset({"ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual"})
 
 
 def _rows(batch: list[dict]) -> list[dict]:
@@ -60,6 +64,19 @@ class PromptDataModule(L.LightningDataModule):
         return DataLoader(self.train_rows, batch_size=self.prompts_per_step, shuffle=True, generator=g,
                           collate_fn=_rows, drop_last=True)
 
+    def refill(self, n: int) -> list[dict]:
+        """``n`` more train prompts for a step whose groups were dropped (dynamic sampling), from a
+        separately seeded stream so the main data order does not depend on the method."""
+        if not hasattr(self, "_refill"):
+            def stream():
+                g = torch.Generator().manual_seed(self.seed + 1_000_003)
+                while True:
+                    for i in torch.randperm(len(self.train_rows), generator=g).tolist():
+                        yield self.train_rows[i]
+
+            self._refill = stream()
+        return [next(self._refill) for _ in range(n)]
+
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.eval_rows, batch_size=self.eval_cfg.batch_problems, collate_fn=_rows)
 
@@ -68,11 +85,15 @@ class RLVRModule(L.LightningModule):
     def __init__(self, policy, tokenizer, method: Method, task: Task, task_name: str, rl: RLConfig,
                  eval_cfg: EvalConfig, ref_policy=None):
         super().__init__()
-        unsupported = method.required - SUPPORTED_NEEDS
+        self.lora = hasattr(policy, "disable_adapter")  # a peft model
+        unsupported = method.required - NEEDS
         if unsupported:
-            raise CreditBenchError(f"method needs {sorted(unsupported)}, which this engine cannot compute yet")
-        if "ref_logprobs" in method.required and ref_policy is None:
-            raise CreditBenchError("method needs reference log-probs but no reference policy was given")
+            raise CreditBenchError(f"method needs {sorted(unsupported)}, which this engine cannot compute")
+        if "hidden_residual" in method.required and not self.lora:
+            raise CreditBenchError("method needs hidden_residual (adapter-on vs adapter-off hidden states): "
+                                   "train with LoRA (set model.lora.rank > 0)")
+        if method.required & REFERENCE_NEEDS and ref_policy is None and not self.lora:
+            raise CreditBenchError("method needs the reference policy but none was given (and the policy has no LoRA adapter)")
         self.automatic_optimization = False
         self.policy, self.ref_policy, self.tokenizer = policy, ref_policy, tokenizer
         policy.train()  # from_pretrained returns models in eval mode
@@ -90,7 +111,8 @@ class RLVRModule(L.LightningModule):
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
         rl = self.rl
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=rl.lr, betas=rl.betas, weight_decay=rl.weight_decay)
+        params = [p for p in self.policy.parameters() if p.requires_grad]  # the adapter only, under LoRA
+        opt = torch.optim.AdamW(params, lr=rl.lr, betas=rl.betas, weight_decay=rl.weight_decay)
         total = rl.steps * rl.ppo_epochs * rl.minibatches
 
         def factor(step: int) -> float:
@@ -112,7 +134,7 @@ class RLVRModule(L.LightningModule):
         expanded = [r for r in rows for _ in range(n)]
         t = time.perf_counter()
         outcomes = self.task.verify(gen.texts, expanded, details=details)
-        self._verify_s = time.perf_counter() - t
+        self._verify_s += time.perf_counter() - t
         batch = RolloutBatch(
             prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
             completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
@@ -120,29 +142,121 @@ class RLVRModule(L.LightningModule):
             rewards=torch.tensor([o.reward for o in outcomes], dtype=torch.float32, device=self.device),
             correct=torch.tensor([o.correct for o in outcomes], device=self.device),
             truncated=gen.truncated, max_new_tokens=sampling.max_new_tokens,
-            prompts=[p for p in prompts for _ in range(n)], completions=gen.texts,
+            prompts=[p for p in prompts for _ in range(n)], completions=gen.texts, rows=expanded,
         )
         return batch, [{"parsed": o.parsed, "correct_flexible": o.correct_flexible} for o in outcomes]
 
-    def _forward(self, model, b: RolloutBatch, with_entropy: bool):
+    def _count(self, batch: RolloutBatch) -> None:
+        """Training samples and generated tokens consumed (every generation counts, kept or not)."""
+        self.samples += batch.size
+        self.tokens += int(batch.lengths.sum())
+
+    def train_rollouts(self, rows: list[dict]) -> tuple[RolloutBatch, RolloutBatch]:
+        """The step's training batch, refilled with fresh prompts while the method drops groups
+        (``keep_groups``), for at most ``generation_rounds`` rollout batches. Returns (the batch to
+        train on, every rollout generated this step) -- the latter for the reward statistics."""
+        rl = self.rl
+        batch, _ = self.rollout(rows, rl.group_size, rl.sampling, details=False)
+        self._count(batch)
+        generated, kept = [batch], []
+        for round_ in range(self.method.generation_rounds):
+            if round_ > 0:
+                batch, _ = self.rollout(self.trainer.datamodule.refill(rl.prompts_per_step), rl.group_size,
+                                        rl.sampling, details=False)
+                self._count(batch)
+                batch.group_ids = batch.group_ids + round_ * rl.prompts_per_step  # distinct from earlier rounds'
+                generated.append(batch)
+            keep = self.method.keep_groups(batch)
+            if keep is None:
+                return batch, batch
+            kept.append(batch.select(torch.nonzero(keep[batch.group_ids]).squeeze(-1)))
+            self._kept_groups = sum(int(k.group_ids.unique().numel()) for k in kept if k.size)
+            if self._kept_groups >= rl.prompts_per_step:
+                break
+        self._gen_rounds = len(generated)
+        everything = _regroup(RolloutBatch.concat(generated))
+        kept = [k for k in kept if k.size]
+        if not kept:  # nothing to learn from this step; train on all (zero advantage) rather than skip
+            return everything, everything
+        train = _regroup(RolloutBatch.concat(kept))
+        first = torch.nonzero(train.group_ids < rl.prompts_per_step).squeeze(-1)  # at most a full batch
+        return train.select(first), everything
+
+    # Sampler protocol (bench.core.Sampler), for methods that generate more rollouts themselves.
+    def complete(self, batch: RolloutBatch, index: torch.Tensor, prefixes: list[torch.Tensor]) -> RolloutBatch:
+        idx = index.tolist()
+        sub = batch.select(index)
+        budget = batch.max_new_tokens
+        sequences = [torch.cat([batch.prompt_ids[i][batch.prompt_mask[i].bool()], p.to(batch.prompt_ids)])
+                     for i, p in zip(idx, prefixes)]
+        room = max(1, budget - min(len(p) for p in prefixes))
+        gen = self.engine.generate_ids(sequences, room, self.rl.sampling)
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        from bench.rollout import completion_mask
+
+        comps = [torch.cat([p.to(gen.completion_ids), g])[:budget] for p, g in zip(prefixes, gen.completion_ids)]
+        ids = torch.full((len(idx), budget), pad, dtype=comps[0].dtype, device=comps[0].device)
+        for j, c in enumerate(comps):
+            ids[j, : len(c)] = c
+        mask, truncated = completion_mask(ids, eos)
+        ids = ids.masked_fill(mask == 0, pad)
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        t = time.perf_counter()
+        outcomes = self.task.verify(texts, sub.rows, details=False)
+        self._verify_s += time.perf_counter() - t
+        sub.completion_ids, sub.completion_mask, sub.truncated, sub.completions = ids, mask, truncated, texts
+        sub.rewards = torch.tensor([o.reward for o in outcomes], dtype=torch.float32, device=self.device)
+        sub.correct = torch.tensor([o.correct for o in outcomes], device=self.device)
+        sub.max_new_tokens = budget
+        self.samples += len(idx)
+        self.tokens += int(sum(min(len(g), budget) for g in gen.completion_mask.sum(-1).tolist()))
+        return sub
+
+    def _forward(self, model, b: RolloutBatch, with_entropy: bool, **kw):
         return score(model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
-                     self.rl.sampling.temperature or 1.0, with_entropy)
+                     self.rl.sampling.temperature or 1.0, with_entropy, **kw)
+
+    def _reference(self):
+        """The reference policy: the base model with the adapter disabled under LoRA, else the frozen copy."""
+        if self.lora:
+            @contextlib.contextmanager
+            def disabled():
+                with self.policy.disable_adapter():
+                    yield self.policy
+            return disabled()
+        return contextlib.nullcontext(self.ref_policy)
 
     @torch.no_grad()
     def score_batch(self, batch: RolloutBatch, fused: bool) -> None:
         """Fill what the method needs that the training forward cannot provide."""
-        if "ref_logprobs" in self.method.required:
-            batch.ref_logprobs = self._forward(self.ref_policy, batch, with_entropy=False).logprobs
-        if not fused:
-            s = self._forward(self.policy, batch, with_entropy=True)
-            batch.old_logprobs, batch.entropy = s.logprobs, s.entropy
+        req = self.method.required
+        hidden = "hidden_residual" in req
+        pol = None
+        if not fused or "ref_kl" in req:
+            pol = self._forward(self.policy, batch, with_entropy=True, with_logits="ref_kl" in req, with_hidden=hidden)
+            batch.old_logprobs, batch.entropy = pol.logprobs, pol.entropy
+        if req & REFERENCE_NEEDS:
+            with self._reference() as ref:
+                r = self._forward(ref, batch, with_entropy="ref_entropy" in req, with_logits="ref_kl" in req,
+                                  with_hidden=hidden)
+            batch.ref_logprobs = r.logprobs
+            batch.ref_entropy = r.entropy
+            if "ref_kl" in req:  # exact KL(pi_old || pi_ref) over the vocabulary at each position
+                logp, logq = torch.log_softmax(pol.logits, -1), torch.log_softmax(r.logits, -1)
+                batch.ref_kl = (logp.exp() * (logp - logq)).sum(-1)
+            if hidden:
+                self._hidden_off = r
+                if pol is not None:
+                    _set_residual(batch, pol, r)
 
     def update(self, batch: RolloutBatch, fused: bool) -> dict[str, float]:
         opt, sched = self.optimizers(), self.lr_schedulers()
         cfg, rl = self.method.config, self.rl
+        hidden = "hidden_residual" in self.method.required
         credit = None if fused else self.method.credit(batch)
         acc: dict[str, list[float]] = {}
-        for _ in range(rl.ppo_epochs):
+        diagnostics: dict[str, float] = {}
+        for epoch in range(rl.ppo_epochs):
             order = torch.randperm(batch.size, device=self.device) if rl.minibatches > 1 else None
             for mb_index in range(rl.minibatches):
                 if order is None:
@@ -150,21 +264,29 @@ class RLVRModule(L.LightningModule):
                 else:
                     idx = order.tensor_split(rl.minibatches)[mb_index]
                     mb = batch.select(idx)
-                s = self._forward(self.policy, mb, with_entropy=fused)  # else the scoring pass had it
+                # with_entropy only when fused: otherwise the scoring pass had it
+                s = self._forward(self.policy, mb, with_entropy=fused, with_hidden=fused and hidden)
                 if fused:  # single on-policy update: behaviour = current policy, ratio == 1
                     batch.old_logprobs, batch.entropy = s.logprobs.detach(), s.entropy
+                    if hidden:
+                        _set_residual(batch, s, self._hidden_off)
                     credit = self.method.credit(batch)
                 c = credit if idx is None else credit[idx]
                 out = self.method.loss(mb, s.logprobs, c)
-                per_token = out.loss
+                method_loss = aggregate(out.loss, mb.completion_mask, cfg.aggregation, max_len=batch.max_new_tokens)
+                loss = method_loss
+                if epoch == 0 and mb_index == 0:  # before any update: ratio 1, so this is the credit as designed
+                    grad = torch.autograd.grad(method_loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
+                    grad = torch.zeros_like(s.logprobs) if grad is None else grad
+                    diagnostics = credit_diagnostics(-grad, mb.completion_mask)
                 if cfg.kl_coef > 0:
                     kl = k3_kl(s.logprobs, mb.ref_logprobs)
-                    per_token = per_token + cfg.kl_coef * kl
+                    loss = loss + cfg.kl_coef * aggregate(kl, mb.completion_mask, cfg.aggregation,
+                                                          max_len=batch.max_new_tokens)
                     acc.setdefault("loss/kl", []).append(float(masked_mean(kl.detach(), mb.completion_mask)))
-                loss = aggregate(per_token, mb.completion_mask, cfg.aggregation, max_len=batch.max_new_tokens)
                 opt.zero_grad(set_to_none=True)
                 self.manual_backward(loss)
-                gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), rl.grad_clip or float("inf"))
+                gn = torch.nn.utils.clip_grad_norm_(opt.param_groups[0]["params"], rl.grad_clip or float("inf"))
                 opt.step()
                 sched.step()
                 acc.setdefault("loss/total", []).append(float(loss.detach()))
@@ -175,14 +297,16 @@ class RLVRModule(L.LightningModule):
         mask = batch.completion_mask
         stats["train/entropy"] = float(masked_mean(batch.entropy, mask))
         stats["credit/abs_mean"] = float(masked_mean(credit.abs(), mask))
-        stats["credit/nonzero_frac"] = float(masked_mean((credit != 0).float(), mask))
+        stats.update(diagnostics)
         stats["train/lr"] = float(sched.get_last_lr()[0])
         return stats
 
     def training_step(self, rows: list[dict], batch_idx: int) -> None:
         rl = self.rl
+        self._verify_s, self._gen_rounds, self._kept_groups = 0.0, 1, None
         t0 = time.perf_counter()
-        batch, _ = self.rollout(rows, rl.group_size, rl.sampling, details=False)
+        batch, generated = self.train_rollouts(rows)
+        batch = self.method.augment(batch, self)
         t1 = time.perf_counter()
         fused = rl.ppo_epochs == 1 and rl.minibatches == 1
         self.score_batch(batch, fused)
@@ -191,16 +315,15 @@ class RLVRModule(L.LightningModule):
         t3 = time.perf_counter()
 
         self.rl_step += 1
-        lengths = batch.lengths.float()
-        self.samples += batch.size
-        self.tokens += int(lengths.sum())
-        rewards = batch.rewards.view(-1, rl.group_size)
+        lengths = generated.lengths.float()
+        mixed = _group_max(generated.rewards, generated.group_ids) != -_group_max(-generated.rewards, generated.group_ids)
         stats.update({
-            "train/reward": float(batch.rewards.mean()),
-            "train/accuracy": float(batch.correct.float().mean()),
+            "train/reward": float(generated.rewards.mean()),
+            "train/accuracy": float(generated.correct.float().mean()),
             "train/response_length": float(lengths.mean()),
-            "train/truncated_frac": float(batch.truncated.float().mean()),
-            "train/mixed_group_frac": float((rewards.max(1).values != rewards.min(1).values).float().mean()),
+            "train/truncated_frac": float(generated.truncated.float().mean()),
+            "train/mixed_group_frac": float(mixed.float().mean()),
+            "train/batch_size": float(batch.size),
             "train/samples": float(self.samples),
             "train/tokens": float(self.tokens),
             "time/rollout_s": t1 - t0 - self._verify_s,
@@ -209,11 +332,15 @@ class RLVRModule(L.LightningModule):
             "time/update_s": t3 - t2,
             "time/step_s": t3 - t0,
         })
+        if self._kept_groups is not None:
+            stats["train/generation_rounds"] = float(self._gen_rounds)
+            stats["train/kept_groups"] = float(self._kept_groups)
         self._log(stats)
         self.log("reward", stats["train/reward"], prog_bar=True, logger=False, batch_size=batch.size)
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
+        self._verify_s = 0.0
         self.eval_metric.reset()
         self._eval_extra = {"lengths": [], "tokens_correct": [], "truncated": [], "flex": [], "samples": []}
 
@@ -257,3 +384,23 @@ class RLVRModule(L.LightningModule):
         if self.logger is not None:
             clean = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
             self.logger.log_metrics(clean, step=self.rl_step)
+
+
+def _regroup(batch: RolloutBatch) -> RolloutBatch:
+    """Renumber group ids 0..n-1 in order of first appearance (after concatenating or filtering)."""
+    _, inverse = torch.unique_consecutive(batch.group_ids, return_inverse=True)
+    batch.group_ids = inverse
+    return batch
+
+
+def _group_max(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:  # [num_groups]
+    n = int(group_ids.max()) + 1
+    return torch.full((n,), -math.inf, dtype=values.dtype, device=values.device).scatter_reduce(
+        0, group_ids, values, reduce="amax")
+
+
+def _set_residual(batch: RolloutBatch, on, off) -> None:
+    """ARCA's salience input: ||h_adapter_on - h_adapter_off||_2 per token, after and before the final norm."""
+    batch.hidden_residual = (on.hidden - off.hidden).float().norm(dim=-1)
+    if on.hidden_pre is not None and off.hidden_pre is not None:
+        batch.extra["hidden_residual_prenorm"] = (on.hidden_pre - off.hidden_pre).float().norm(dim=-1)

@@ -93,7 +93,22 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32"):
     return model, tokenizer
 
 
-def num_parameters(model) -> int:
+def add_lora(model, rank: int, alpha: float, dropout: float, targets: list[str]):
+    """Wrap ``model`` with peft LoRA adapters (B initialised to zero, so the adapted model starts
+    equal to the base); only the adapters are trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    target = "all-linear" if targets == ["all-linear"] else list(targets)
+    try:
+        return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
+                                                target_modules=target, bias="none"))
+    except ValueError as e:  # no module matched the targets
+        raise CreditBenchError(f"model.lora.targets {targets}: {str(e).splitlines()[0]}") from None
+
+
+def num_parameters(model, trainable: bool = False) -> int:
+    if trainable:
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -101,30 +116,66 @@ def num_parameters(model) -> int:
 class Scores:
     logprobs: Tensor  # [B, T] log pi(y_t) at the sampling temperature (with grad if enabled)
     entropy: Tensor | None  # [B, T] detached; None unless asked for
+    logits: Tensor | None = None  # [B, T, V] detached, temperature-scaled; None unless asked for
+    hidden: Tensor | None = None  # [B, T, H] detached last hidden state the LM head reads (after the final norm)
+    hidden_pre: Tensor | None = None  # [B, T, H] detached input of the final norm, when the model has one
+
+
+def _final_norm(model):
+    """The decoder's final norm module (Llama/Qwen/Mistral families), or None."""
+    try:
+        return getattr(model.get_decoder(), "norm", None)
+    except (AttributeError, NotImplementedError):
+        return None
 
 
 def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
-          with_entropy: bool = True) -> Scores:
-    """Per-token log-probs (and entropies) of the completions under ``model``.
+          with_entropy: bool = True, with_logits: bool = False, with_hidden: bool = False) -> Scores:
+    """Per-token log-probs (and entropies, logits, last hidden states) of the completions under ``model``.
 
     Prompts are left-padded and completions right-padded; positions count real tokens only, so a
     padded row is scored exactly like an unpadded one. Logits are only computed for the positions
     that predict completion tokens; the entropy (a pass over the vocabulary) only when asked for.
+    Hidden states are read with a hook on the final norm (its input and output), so the other
+    layers' states are never kept; position ``P-1+t`` (the one that predicts token ``t``) is returned.
     """
     input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [B, P+T]
-    T = completion_ids.shape[1]
-    if bool(prompt_mask.all()):
-        # No left padding: plain causal attention is exact for every real token (right padding
-        # only follows them), and lets attention take its unmasked fast path.
-        out = model(input_ids=input_ids, logits_to_keep=T + 1)
-    else:
-        attn = torch.cat([prompt_mask, completion_mask], 1)
-        position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1)
+    P, T = prompt_ids.shape[1], completion_ids.shape[1]
+    captured: dict[str, Tensor] = {}
+    norm = _final_norm(model) if with_hidden else None
+    handle = None
+    if norm is not None:
+        def hook(_module, args, output):
+            captured["pre"], captured["post"] = args[0][:, P - 1 : P - 1 + T].detach(), output[:, P - 1 : P - 1 + T].detach()
+
+        handle = norm.register_forward_hook(hook)
+    kwargs = {"output_hidden_states": True} if with_hidden and norm is None else {}
+    try:
+        if bool(prompt_mask.all()):
+            # No left padding: plain causal attention is exact for every real token (right padding
+            # only follows them), and lets attention take its unmasked fast path.
+            out = model(input_ids=input_ids, logits_to_keep=T + 1, **kwargs)
+        else:
+            attn = torch.cat([prompt_mask, completion_mask], 1)
+            position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
+                        logits_to_keep=T + 1, **kwargs)
+    finally:
+        if handle is not None:
+            handle.remove()
     logits = out.logits[:, :-1]  # [B, T, V]: position P-1+t predicts completion token t
     logprobs = token_logprobs(logits, completion_ids, temperature)
-    if not with_entropy:
-        return Scores(logprobs, None)
-    with torch.no_grad():
-        entropy = entropy_from_logits(logits.detach(), temperature)
-    return Scores(logprobs, entropy)
+    scores = Scores(logprobs, None)
+    if with_hidden:
+        if norm is not None:
+            scores.hidden, scores.hidden_pre = captured["post"], captured["pre"]
+        else:
+            scores.hidden = out.hidden_states[-1][:, P - 1 : P - 1 + T].detach()
+    if with_entropy or with_logits:
+        with torch.no_grad():
+            scaled = logits.detach().float() / temperature
+            if with_entropy:
+                scores.entropy = entropy_from_logits(scaled)
+            if with_logits:
+                scores.logits = scaled
+    return scores

@@ -54,11 +54,23 @@ class HFRolloutEngine:
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Generation:
         """``n`` completions for each prompt, as rows p0s0, p0s1, ..., p1s0, ... (grouped)."""
-        tok = self.tokenizer
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = next(self.model.parameters()).device
         ids = enc["input_ids"].repeat_interleave(n, 0).to(device)
         mask = enc["attention_mask"].repeat_interleave(n, 0).to(device)
+        return self._generate(ids, mask, sampling.max_new_tokens, sampling)
+
+    @torch.no_grad()
+    def generate_ids(self, sequences: list[Tensor], max_new_tokens: int, sampling: SamplingConfig) -> Generation:
+        """One completion for each token-id sequence (e.g. a prompt followed by a forced prefix)."""
+        P = max(len(s) for s in sequences)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.stack([torch.cat([s.new_full((P - len(s),), pad), s]) for s in sequences])
+        mask = torch.stack([torch.cat([s.new_zeros(P - len(s)), torch.ones_like(s)]) for s in sequences])
+        return self._generate(ids, mask, max_new_tokens, sampling)
+
+    def _generate(self, ids: Tensor, mask: Tensor, max_new_tokens: int, sampling: SamplingConfig) -> Generation:
+        tok = self.tokenizer
         was_training = self.model.training
         self.model.eval()
         greedy = sampling.temperature == 0
@@ -69,7 +81,7 @@ class HFRolloutEngine:
             temperature=None if greedy else sampling.temperature,
             top_p=None if greedy else sampling.top_p,
             top_k=None if greedy else sampling.top_k,
-            max_new_tokens=sampling.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             use_cache=True,

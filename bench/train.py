@@ -47,6 +47,9 @@ def resolve(cfg: RunConfig) -> Resolved:
         from bench.errors import did_you_mean
 
         raise did_you_mean("model size", cfg.model.name, TINY_SIZES)
+    if "hidden_residual" in method.required and cfg.model.lora.rank == 0:
+        raise CreditBenchError(f"method {cfg.method.name!r} compares the hidden states with the LoRA adapter on and "
+                               f"off: set model.lora.rank > 0 (e.g. --model.lora.rank 8)")
     if cfg.model.name.startswith(("/", "./", "../", "~")) and not Path(cfg.model.name).expanduser().is_dir():
         raise CreditBenchError(f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
                                f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})")
@@ -61,8 +64,8 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    from bench.module import PromptDataModule, RLVRModule
-    from bench.policy import TINY_SIZES, load_policy, num_parameters
+    from bench.module import REFERENCE_NEEDS, PromptDataModule, RLVRModule
+    from bench.policy import TINY_SIZES, add_lora, load_policy, num_parameters
     from bench.tracking import flatten, git_commit, log_config, make_logger
     from bench.warmstart import base_checkpoint
 
@@ -76,11 +79,17 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
                                cfg.tracking.uri, progress)
     L.seed_everything(cfg.seed, verbose=False)
     policy, tokenizer = load_policy(path, cfg.model.dtype)
-    ref = copy.deepcopy(policy) if "ref_logprobs" in r.method.required else None
     params = num_parameters(policy)
+    lora = cfg.model.lora
+    if lora.rank > 0:  # the reference is the base model with the adapter disabled: no copy
+        policy = add_lora(policy, lora.rank, lora.alpha, lora.dropout, lora.targets)
+        ref = None
+    else:
+        ref = copy.deepcopy(policy) if r.method.required & REFERENCE_NEEDS else None
 
     tags = {"method": cfg.method.name, "task": cfg.task.name, "task_version": r.task.VERSION,
             "model": cfg.model.name, "model_params": str(params), "seed": str(cfg.seed),
+            "trainable_params": str(num_parameters(policy, trainable=True)), "lora_rank": str(lora.rank),
             "git_commit": git_commit(), "aggregation": r.method.config.aggregation, "kind": "rl"}
     if cfg.tracking.sweep:
         tags["sweep"] = cfg.tracking.sweep

@@ -1,3 +1,3 @@
 """Credit-assignment methods, one module each. Importing this package registers them all."""
 
-from methods import dr_grpo, grpo, gspo  # noqa: F401
+from methods import arca, dr_grpo, grpo, gspo  # noqa: F401
