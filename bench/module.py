@@ -106,6 +106,7 @@ class RLVRModule(L.LightningModule):
         self.samples = 0  # completions generated for training
         self.tokens = 0  # completion tokens generated for training
         self.eval_history: list[dict[str, Any]] = []
+        self._verify_s, self._gen_rounds, self._kept_groups = 0.0, 1, None
         self._eval_extra: dict[str, list] = {}
 
     # ------------------------------------------------------------------ optimisation
@@ -209,7 +210,8 @@ class RLVRModule(L.LightningModule):
         sub.correct = torch.tensor([o.correct for o in outcomes], device=self.device)
         sub.max_new_tokens = budget
         self.samples += len(idx)
-        self.tokens += int(sum(min(len(g), budget) for g in gen.completion_mask.sum(-1).tolist()))
+        prefix_len = torch.tensor([len(p) for p in prefixes], device=mask.device)
+        self.tokens += int((mask.sum(-1) - prefix_len).clamp(min=0).sum())  # generated, not forced, tokens
         return sub
 
     def _forward(self, model, b: RolloutBatch, with_entropy: bool, **kw):

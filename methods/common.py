@@ -14,9 +14,9 @@ def group_mean_std(values: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
     """
     n_groups = int(group_ids.max()) + 1
     v = values.float()
-    count = torch.zeros(n_groups, dtype=v.dtype).index_add_(0, group_ids, torch.ones_like(v))
-    mean = torch.zeros(n_groups, dtype=v.dtype).index_add_(0, group_ids, v) / count
-    sq = torch.zeros(n_groups, dtype=v.dtype).index_add_(0, group_ids, (v - mean[group_ids]) ** 2)
+    count = torch.zeros(n_groups, dtype=v.dtype, device=v.device).index_add_(0, group_ids, torch.ones_like(v))
+    mean = torch.zeros(n_groups, dtype=v.dtype, device=v.device).index_add_(0, group_ids, v) / count
+    sq = torch.zeros(n_groups, dtype=v.dtype, device=v.device).index_add_(0, group_ids, (v - mean[group_ids]) ** 2)
     std = (sq / (count - 1).clamp(min=1)).sqrt()
     return mean[group_ids], std[group_ids]
 

@@ -68,3 +68,94 @@ def test_method_needing_what_the_engine_cannot_compute_is_refused(policy_dir):
 
     with pytest.raises(CreditBenchError, match="hidden_residual"):
         RLVRModule(model, tok, NeedsResidual(), TASKS.get("arithmetic")(), "arithmetic", RLConfig(), EvalConfig())
+
+
+def _fit(module, task, rl, steps):
+    import lightning as L
+
+    from bench.bench_step import MemoryLogger
+    from bench.module import PromptDataModule
+
+    logger = MemoryLogger()
+    trainer = L.Trainer(accelerator="cpu", max_steps=steps * rl.ppo_epochs * rl.minibatches, logger=logger,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0)
+    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(num_problems=4), 0))
+    return [r for r in logger.rows if "loss/total" in r]
+
+
+def _task():
+    from bench.registry import TASKS
+
+    return TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(train_size=500))
+
+
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_lora_arca_trains_only_the_adapter_and_reads_the_residual(policy_dir, minibatches):
+    """Under LoRA only the adapter moves; the reference is the same model with the adapter off, and
+    ARCA's residual is zero at the first step (LoRA's B starts at 0: uniform weights, Gini 0) and
+    positive once the adapter has moved. Fused (1 minibatch) and separate-scoring paths both."""
+    from bench.policy import add_lora
+    from methods.arca import ARCA, ARCAConfig, salience_weights
+
+    class ArcaEveryTokenUp(ARCA):  # a random policy earns no reward: push every token, ARCA-weighted
+        def credit(self, batch):
+            self.seen.append(batch.hidden_residual.clone())
+            return salience_weights(batch.hidden_residual, batch.completion_mask, "sum")
+
+    model, tok = load_policy(policy_dir)
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    policy = add_lora(model, rank=4, alpha=8.0, dropout=0.0, targets=["all-linear"])
+    method = ArcaEveryTokenUp(ARCAConfig(kl_coef=0.04))
+    method.seen = []
+    rl = RLConfig(steps=3, prompts_per_step=2, group_size=4, minibatches=minibatches, lr=5e-3,
+                  sampling=SamplingConfig(max_new_tokens=10))
+    module = RLVRModule(policy, tok, method, _task(), "arithmetic", rl, EvalConfig(num_problems=4))
+    rows = _fit(module, _task(), rl, 3)
+    assert float(method.seen[0].abs().max()) == 0.0 and float(method.seen[-1].min()) > 0
+    assert rows[0]["credit/gini"] == pytest.approx(0.0, abs=1e-6) and rows[-1]["credit/gini"] > 0
+    assert rows[-1]["loss/kl"] > 0  # the adapter-off reference differs from the adapted policy
+    trained = {k.replace(".base_layer", ""): v for k, v in policy.get_base_model().state_dict().items() if "lora_" not in k}
+    for k, v in base.items():
+        assert torch.equal(trained[k], v), f"base weight {k} changed"
+    assert any(float(p.abs().sum()) > 0 for n, p in policy.named_parameters() if "lora_B" in n)
+
+
+def test_dynamic_sampling_refills_the_batch_with_fresh_prompts(policy_dir):
+    """A method that keeps only even-numbered groups: each step's first rollout keeps 2 of 4 groups,
+    a second rollout of 4 fresh prompts supplies 2 more, so the update sees a full batch of 4 groups
+    (16 rows) while 32 samples were generated and counted."""
+
+    class KeepEven(EveryTokenUp):
+        generation_rounds = 3
+
+        def keep_groups(self, batch):
+            ids = torch.arange(int(batch.group_ids.max()) + 1)
+            return ids % 2 == 0
+
+    model, tok = load_policy(policy_dir)
+    rl = RLConfig(steps=2, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
+    module = RLVRModule(model, tok, KeepEven(GRPOConfig(kl_coef=0.0)), _task(), "arithmetic", rl,
+                        EvalConfig(num_problems=4))
+    rows = _fit(module, _task(), rl, 2)
+    assert [r["train/batch_size"] for r in rows] == [16, 16]
+    assert [r["train/generation_rounds"] for r in rows] == [2, 2]
+    assert module.samples == 2 * 32 and rows[-1]["train/samples"] == 64
+
+
+def test_sampler_continues_forced_prefixes_within_the_budget(policy_dir):
+    """The engine's Sampler: each new row is the old row's prompt, the given prefix, then the
+    policy's continuation, cut at the generation budget, verified against the same problem."""
+    model, tok = load_policy(policy_dir)
+    rl = RLConfig(prompts_per_step=2, group_size=2, sampling=SamplingConfig(max_new_tokens=12))
+    task = _task()
+    module = RLVRModule(model, tok, EveryTokenUp(GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig())
+    rows = [task.load("train")[i] for i in range(2)]
+    batch, _ = module.rollout(rows, 2, rl.sampling, details=False)
+    prefixes = [torch.tensor(tok.encode("12", add_special_tokens=False)), torch.tensor(tok.encode("\\boxed{", add_special_tokens=False))]
+    before = module.samples
+    new = module.complete(batch, torch.tensor([1, 2]), prefixes)
+    assert new.size == 2 and new.group_ids.tolist() == [0, 1] and new.rows == [rows[0], rows[1]]
+    assert new.completions[0].startswith("12") and new.completions[1].startswith("\\boxed{")
+    assert new.completion_ids.shape[1] == 12 and torch.equal(new.prompt_ids, batch.prompt_ids[[1, 2]])
+    assert new.rewards.shape == (2,) and module.samples == before + 2
