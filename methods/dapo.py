@@ -22,8 +22,7 @@ GRPO's group-normalised advantage (eq. 9) on every token, no KL term, and four c
 verl's recipe vs the paper: the recipe adds the punishment times ``overlong_buffer.penalty_factor``
 (1.0) in its reward manager, as here; it filters groups on the per-sample ``acc`` metric with up to
 ``max_num_gen_batches`` rollout batches (10 in the 80/20 script); it adds a dual clip (ratio capped
-at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe and that is not done here; and
-it relies on the soft punishment alone for truncated samples (no overlong filter).
+at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe and that is not done here.
 
 Deviations and reconstructions:
 1. The reward comes from the task's verdict (``batch.correct``): R = 2 * correct - 1; with
