@@ -31,7 +31,7 @@ def test_methods_and_tasks_are_listed(capsys):
     "argv, expected",
     [
         (["--method.name", "grpoo"], "unknown method 'grpoo'. Did you mean 'grpo'"),
-        (["--method.name", "grpoo"], "Valid methods: dr_grpo, grpo, gspo"),
+        (["--method.name", "grpoo"], "Valid methods: arca, dapo, dr_grpo"),
         (["--task.name", "arithmetik"], "Did you mean 'arithmetic'"),
         (["--model.name", "tiny-1m"], "Valid model sizes: tiny-2m, tiny-500k, tiny-8m"),
         (["--model.name", "./no/such/model"], "model directory './no/such/model' does not exist"),
