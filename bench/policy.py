@@ -39,7 +39,7 @@ def char_tokenizer():
     )
 
 
-def tiny_config(size: str, vocab_size: int):
+def tiny_config(size: str, vocab_size: int, max_positions: int = 256):
     from transformers import Qwen3Config
 
     if size not in TINY_SIZES:
@@ -53,7 +53,7 @@ def tiny_config(size: str, vocab_size: int):
         num_key_value_heads=kv,
         head_dim=32,
         intermediate_size=inter,
-        max_position_embeddings=256,
+        max_position_embeddings=max_positions,
         rope_theta=10000.0,
         tie_word_embeddings=True,
         pad_token_id=0,
@@ -62,13 +62,13 @@ def tiny_config(size: str, vocab_size: int):
     )
 
 
-def build_tiny(size: str, seed: int = 0):
+def build_tiny(size: str, seed: int = 0, max_positions: int = 256):
     """A randomly initialised tiny Qwen3 policy and its tokenizer."""
     from transformers import Qwen3ForCausalLM
 
     tokenizer = char_tokenizer()
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(tiny_config(size, vocab_size=len(tokenizer)))
+    model = Qwen3ForCausalLM(tiny_config(size, vocab_size=len(tokenizer), max_positions=max_positions))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model, tokenizer
