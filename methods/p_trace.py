@@ -1,0 +1,132 @@
+"""P-trace: "Beyond Uniform Credit Assignment: Selective Eligibility Traces for RLVR" (Mou et al.
+2026, arXiv 2605.05965). Only the abstract and summaries were readable: everything below the
+first sentence is a reconstruction [R] (research notes, methods.md section 7.2).
+
+Per-decision off-policy correction would weight token t by the historical ratio
+prod_{k<=t} r_k; PPO/GRPO keep only r_t. P-trace approximates the history with an eligibility
+trace of earlier log-ratios l_k = log pi(y_k) - log pi_old(y_k) (the "approximate historical
+importance weights" of the summaries) and keeps the trust region on the current token ("partial
+trust region preservation"):
+
+    log_hist_t = sum_{k<t} lam^(t-k) l_k,          h_t = exp(clamp(log_hist_t, log(1-c), log(1+c)))
+    "current_token": L_t = -min(r_t h_t A_i, clip(r_t, 1-eps_l, 1+eps_h) h_t A_i)
+    "full_traced":   L_t = -min(rho_t A_i, clip(rho_t, 1-eps_l, 1+eps_h) A_i),   rho_t = r_t h_t
+
+with A_i GRPO's group-normalised advantage. With ``weights="uniform"`` every token of the
+completion (current, past and future) has weight 1/L_i, so log rho_t = mean_k l_k = log s_i,
+GSPO's sequence ratio, for every t (the current part is l_t / L_i, the history the rest): with
+"full_traced" and no history clip this is GSPO exactly, the paper's claim that GSPO is the
+uniform-credit case. With lam = 0 and the decay weights, P-trace is GRPO's token surrogate.
+
+Reconstructions and open choices (all [R]; the paper's values are unknown):
+1. The trace form, the reading of "partial trust region" (clip on r_t only) and the bounded
+   history h_t in [1-c, 1+c]. With ``hist_clip=None`` and "current_token" the trust region is
+   only partial: h_t is unbounded and can drift far from 1 over a long completion.
+2. Gradient flows through h_t into earlier tokens (an eligibility trace), also where r_t itself
+   is clipped; ``detach_history`` makes h_t a fixed importance weight instead.
+3. lam = 0.95, the middle of the suggested sweep {0.9, 0.95, 0.99, 1.0}; clip 0.2/0.2 (PPO).
+4. Aggregation seq-mean-token-mean and no KL term, as GSPO (the uniform special case).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from bench.core import LossOutput, MethodConfig, RolloutBatch, check
+from bench.registry import METHODS
+from methods.common import clipped_surrogate
+from methods.grpo import GRPO
+from methods.traces import history_log_ratio
+
+WEIGHTS = ("decay", "uniform")
+CLIP_TARGETS = ("current_token", "full_traced")
+
+
+@dataclass(frozen=True)
+class PTraceConfig(MethodConfig):
+    aggregation: str = "seq-mean-token-mean"
+    """Unknown in the paper; GSPO's (the uniform-credit special case): per sequence, then mean."""
+    kl_coef: float = 0.0
+    """Unknown in the paper; 0 as GSPO, which the uniform special case must reproduce exactly."""
+    lam: float = 0.95
+    """Trace decay per token; unknown, the middle of the suggested sweep {0.9, 0.95, 0.99, 1.0}."""
+    weights: str = "decay"
+    """"decay": lam^(t-k) on earlier tokens; "uniform": 1/L_i on every token (GSPO's ratio)."""
+    detach_history: bool = False
+    """True: h_t is a fixed importance weight; False: gradient flows into earlier tokens."""
+    clip_target: str = "current_token"
+    """Where the clip acts: the current token's ratio only ("current_token", the partial trust
+    region) or the whole traced ratio rho_t ("full_traced")."""
+    hist_clip: float | None = 0.2
+    """h_t is clamped to [1-c, 1+c] (0.2, as the token clip); None leaves the history unbounded."""
+    clip_low: float = 0.2
+    """eps_low of the clip (PPO's 0.2; unknown in the paper)."""
+    clip_high: float = 0.2
+    """eps_high of the clip (PPO's 0.2; unknown in the paper)."""
+    scale_rewards: bool = True
+    """Group-normalised advantage, as GRPO."""
+    adv_eps: float = 1e-4
+    """Added to the group std before dividing."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 <= self.lam <= 1, f"lam must be in [0, 1], got {self.lam}")
+        check(self.weights in WEIGHTS,
+              f"unknown weights {self.weights!r}; valid: {', '.join(WEIGHTS)}")
+        check(self.clip_target in CLIP_TARGETS,
+              f"unknown clip_target {self.clip_target!r}; valid: {', '.join(CLIP_TARGETS)}")
+        check(self.hist_clip is None or 0 < self.hist_clip < 1,
+              f"hist_clip must be in (0, 1) or None, got {self.hist_clip}")
+        check(0 < self.clip_low < 1 and self.clip_high > 0,
+              "P-trace needs 0 < clip_low < 1 and clip_high > 0")
+        check(self.adv_eps > 0, f"adv_eps must be > 0, got {self.adv_eps}")
+
+
+def trace_parts(log_ratio: Tensor, mask: Tensor, lam: float, weights: str,
+                select: Tensor | None = None, distance: str = "raw") -> tuple[Tensor, Tensor]:
+    """(current, history) log-ratio parts, [B, T] each, with log rho_t = current_t + history_t.
+
+    ``log_ratio`` is already zero on padding; ``select`` [B, T] bool restricts the history to a
+    token subset S (S-trace), with distances as in ``methods.traces.history_log_ratio``.
+    """
+    if weights == "decay":
+        return log_ratio, history_log_ratio(log_ratio, lam, select, distance)
+    length = mask.sum(-1, keepdim=True).clamp(min=1).to(log_ratio.dtype)  # [B, 1]
+    traced = log_ratio if select is None else log_ratio * select.to(log_ratio.dtype)  # [B, T]
+    others = traced.sum(-1, keepdim=True) - traced  # [B, T]: every traced token but t itself
+    return log_ratio / length, others / length
+
+
+@METHODS.register("p_trace")
+class PTrace(GRPO):
+    Config = PTraceConfig
+    description = "token ratio times a bounded trace of earlier log-ratios, clipped on r_t only"
+    paper = ("Beyond Uniform Credit Assignment: Selective Eligibility Traces for RLVR "
+             "(Mou et al. 2026), arXiv 2605.05965")
+
+    def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
+        return self.traced_loss(batch, logprobs, credit, select=None, distance="raw")
+
+    def traced_loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor,
+                    select: Tensor | None, distance: str) -> LossOutput:
+        cfg = self.config
+        mask = batch.completion_mask
+        log_ratio = (logprobs - batch.old_logprobs) * mask  # [B, T]; padding adds nothing
+        current, history = trace_parts(log_ratio, mask, cfg.lam, cfg.weights, select, distance)
+        stats = {}
+        if cfg.hist_clip is not None:
+            lo, hi = math.log(1 - cfg.hist_clip), math.log(1 + cfg.hist_clip)
+            stats["hist_clip_frac"] = ((history < lo) | (history > hi)).float()
+            history = history.clamp(lo, hi)
+        if cfg.detach_history:
+            history = history.detach()
+        if cfg.clip_target == "current_token":  # h_t > 0 scales A without changing its sign
+            weighted = credit * history.exp()  # [B, T]
+            loss, clipped = clipped_surrogate(current, weighted, cfg.clip_low, cfg.clip_high)
+        else:
+            traced = current + history  # [B, T]: log rho_t
+            loss, clipped = clipped_surrogate(traced, credit, cfg.clip_low, cfg.clip_high)
+        return LossOutput(loss, {"clip_frac": clipped.float(), **stats})
