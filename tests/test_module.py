@@ -159,3 +159,45 @@ def test_sampler_continues_forced_prefixes_within_the_budget(policy_dir):
     assert new.completions[0].startswith("12") and new.completions[1].startswith("\\boxed{")
     assert new.completion_ids.shape[1] == 12 and torch.equal(new.prompt_ids, batch.prompt_ids[[1, 2]])
     assert new.rewards.shape == (2,) and module.samples == before + 2
+
+
+class FirstCharIsDigit:
+    """A verifier a random policy often satisfies (so groups are mixed): correct iff the completion
+    starts with a digit. Wraps the arithmetic task's data and prompts."""
+
+    def __init__(self):
+        self.inner = _task()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def verify(self, completions, rows, details=True):
+        from bench.core import Outcome
+
+        return [Outcome(float(c[:1].isdigit()), c[:1].isdigit()) for c in completions]
+
+
+def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
+    """IBPO's repair mode on the real engine: repaired rows (spliced prefix + policy continuation)
+    join the batch before scoring, are scored and trained on, and their generation is counted."""
+    from methods.ibpo import IBPO, IBPOConfig
+
+    seen = []
+
+    class Recording(IBPO):
+        def credit(self, batch):
+            seen.append(batch)
+            return super().credit(batch)
+
+    model, tok = load_policy(policy_dir)
+    rl = RLConfig(steps=3, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
+    task = FirstCharIsDigit()
+    module = RLVRModule(model, tok, Recording(IBPOConfig(repair=True, kl_coef=0.0)), task, "arithmetic", rl,
+                        EvalConfig(num_problems=4))
+    rows = _fit(module, task.inner, rl, 3)
+    repaired = [int(b.extra["repair"].sum()) for b in seen]
+    assert sum(repaired) > 0, "some step had an incorrect row with a correct sibling"
+    for b, n in zip(seen, repaired):
+        assert b.size == 16 + n and b.old_logprobs.shape == b.completion_ids.shape
+    assert module.samples == 3 * 16 + sum(repaired)
+    assert [r["train/batch_size"] for r in rows] == [16 + n for n in repaired]
