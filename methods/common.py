@@ -54,15 +54,25 @@ def entropy_top_mask(entropy: Tensor, mask: Tensor, rho: float, population: str 
     The threshold is the (1 - rho)-quantile (linear interpolation, as torch.quantile in TRL) of the
     entropies of the valid tokens of the whole batch (``population="batch"``, as TRL and the 80/20
     code) or of each sequence separately (``"sequence"``); tokens with H >= threshold are kept.
+    Computed by sorting, so it has no size limit (torch.quantile refuses > 16M elements).
     """
     valid = mask.bool()
     if population == "batch":
         if not valid.any():
             return valid
-        tau = torch.quantile(entropy[valid].float(), 1.0 - rho)
+        tau = _sorted_quantile(torch.sort(entropy[valid].float()).values[None], valid.sum()[None], 1.0 - rho)
         return valid & (entropy >= tau)
     if population == "sequence":
-        h = entropy.float().masked_fill(~valid, float("nan"))
-        tau = torch.nanquantile(h, 1.0 - rho, dim=-1, keepdim=True)  # [B, 1]; nan for empty rows
-        return valid & (entropy >= tau)
+        ordered = torch.sort(entropy.float().masked_fill(~valid, float("inf")), dim=-1).values  # valid first
+        tau = _sorted_quantile(ordered, valid.sum(-1), 1.0 - rho)  # [B]
+        return valid & (entropy >= tau[:, None])
     raise ValueError(f"unknown entropy quantile population {population!r}; valid: batch, sequence")
+
+
+def _sorted_quantile(ordered: Tensor, n: Tensor, q: float) -> Tensor:  # [R]
+    """Linear-interpolation q-quantile of the first n[r] entries of each ascending row of ``ordered``."""
+    pos = q * (n.clamp(min=1) - 1).to(ordered.dtype)  # [R]
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    a, b = ordered.gather(-1, lo[:, None]).squeeze(-1), ordered.gather(-1, hi[:, None]).squeeze(-1)
+    return a + (pos - lo) * (b - a)

@@ -115,3 +115,22 @@ def test_defaults_are_dapo_and_validation():
         EntropyTopConfig(denominator="kept")
     with pytest.raises(CreditBenchError, match="rho"):
         EntropyTopConfig(rho=0.0)
+
+
+def test_sorted_quantile_matches_torch_quantile():
+    """The mask's threshold is computed by sorting (no 16M-element limit); it equals torch.quantile /
+    nanquantile with linear interpolation."""
+    import torch
+
+    from methods.common import entropy_top_mask
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        B, T = 4, int(torch.randint(1, 20, (), generator=g))
+        e = torch.rand(B, T, generator=g)
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        m = torch.arange(T)[None] < lengths[:, None]
+        rho = float(torch.rand((), generator=g)) * 0.9 + 0.05
+        assert torch.equal(entropy_top_mask(e, m, rho), m & (e >= torch.quantile(e[m], 1 - rho)))
+        per_seq = torch.nanquantile(e.masked_fill(~m, float("nan")), 1 - rho, dim=-1, keepdim=True)
+        assert torch.equal(entropy_top_mask(e, m, rho, "sequence"), m & (e >= per_seq))
