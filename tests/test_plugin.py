@@ -12,9 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def plugin_env(tmp_path_factory):
+    import shutil
+
     target = tmp_path_factory.mktemp("site")
+    source = tmp_path_factory.mktemp("src") / "plugin"
+    shutil.copytree(ROOT / "examples" / "plugin", source)  # building writes build/ next to the sources
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--target", str(target), str(ROOT / "examples" / "plugin")],
+                    "--no-index", "--target", str(target), str(source)],
                    check=True, capture_output=True, text=True)
     assert list(target.glob("creditbench_example_plugin-*.dist-info/entry_points.txt"))
     import os
