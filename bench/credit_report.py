@@ -44,7 +44,7 @@ def rows(uri: str, sweep: str, experiment: str = "creditbench") -> list[dict]:
         finite = {m.step for m in losses if math.isfinite(m.value)} & {m.step for m in norms if math.isfinite(m.value)}
         row["steps"], row["nonfinite"] = len(steps), len(steps - finite)
         row["max_grad_norm"] = max((m.value for m in norms), default=float("nan"))
-        out.append(row)
+        out = [r for r in out if r["run"] != row["run"]] + [row]  # a rerun replaces the earlier run
     return out
 
 

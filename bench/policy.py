@@ -100,8 +100,11 @@ def add_lora(model, rank: int, alpha: float, dropout: float, targets: list[str])
 
     target = "all-linear" if targets == ["all-linear"] else list(targets)
     try:
-        return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
-                                                target_modules=target, bias="none"))
+        # the adapter's random init must not shift the seeded stream the rollouts draw from, so a
+        # LoRA run's step-0 evaluation samples exactly what a full fine-tuning run's does
+        with torch.random.fork_rng(devices=[]):
+            return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
+                                                    target_modules=target, bias="none"))
     except ValueError as e:  # no module matched the targets
         raise CreditBenchError(f"model.lora.targets {targets}: {str(e).splitlines()[0]}") from None
 
