@@ -18,7 +18,7 @@ def _quiet() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
-    warnings.filterwarnings("ignore", message=".*(LeafSpec|eval mode|litlogger|does not have many workers).*")
+    warnings.filterwarnings("ignore", message=".*(LeafSpec|eval mode|litlogger|does not have many workers|is_gradient_checkpointing).*")
     for name in ("transformers", "lightning.pytorch.utilities.rank_zero", "lightning.fabric"):
         import logging
 

@@ -24,7 +24,8 @@ def rows(results_dir: str, sweep: str) -> list[dict]:
         b, f, d = r["base"], r["final"], r["delta_pass_at_1"]
         k = max(int(key.split("_")[-1]) for key in f if key.startswith("pass_at_") and not key.endswith("_se"))
         out.append({
-            "method": r["method"], "task": r["task"], "model": r["model"], "params": r["params"], "seed": r["seed"],
+            "method": r["method"] + (f" (LoRA r{r['lora_rank']})" if r.get("lora_rank") else ""),
+            "task": r["task"], "model": r["model"], "params": r["params"], "seed": r["seed"],
             "steps": r["steps"], "samples": r["samples"], "tokens": r["tokens"], "wall_s": r["wall_s"],
             "base_pass_at_1": b["pass_at_1"], "base_pass_at_1_se": b["pass_at_1_se"],
             "final_pass_at_1": f["pass_at_1"], "final_pass_at_1_se": f["pass_at_1_se"],

@@ -122,7 +122,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     base, final = module.eval_history[0], module.eval_history[-1]
     result = {
         "run_name": r.run_name, "mlflow_run_id": logger.run_id, "method": cfg.method.name, "task": cfg.task.name,
-        "model": cfg.model.name, "params": params, "seed": cfg.seed, "steps": module.rl_step,
+        "model": cfg.model.name, "params": params, "lora_rank": lora.rank, "seed": cfg.seed, "steps": module.rl_step,
         "samples": module.samples, "tokens": module.tokens, "wall_s": round(wall, 1),
         "base": {k: v for k, v in base.items() if k != "per_problem_pass_at_1"},
         "final": {k: v for k, v in final.items() if k != "per_problem_pass_at_1"},
