@@ -17,6 +17,7 @@ memory on CUDA).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import json
 import os
@@ -55,6 +56,9 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats()
             self.base = torch.cuda.memory_allocated()
             return self
+        # glibc keeps freed memory in its heap (its mmap threshold rises after the first large frees),
+        # so a later step would reuse it without growing the resident set: hand it back first
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
         self.base = self.peak = self._rss()
         self.stop = threading.Event()
 
