@@ -184,7 +184,7 @@ def write(results: list[dict], a, device, params: int) -> None:
              f"groups of {G}, lengths in [T/2, T]), KL off, median of {a.reps} interleaved repetitions after a warm-up. "
              "Update = the engine's score_batch + update (forward with grad, credit, loss, backward, clip, AdamW). "
              "ARCA is compared with GRPO under the same LoRA adapter (rank 8). "
-             "Memory = peak resident memory the step adds (noisy on CPU: the allocator reuses freed pages).", "",
+             "Memory = peak resident memory the step adds, sampled every millisecond after returning the allocator's free pages (malloc_trim).", "",
              "| method | " + " | ".join(f"T={T}: s | tok/s | x GRPO | MB" for T in lengths) + " |",
              "|---|" + "---|---|---|---|" * len(lengths)]
     for key in dict.fromkeys((r["method"], r["lora"]) for r in results):
