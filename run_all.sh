@@ -31,11 +31,15 @@ LORA=(--model.lora.rank 16 --model.lora.alpha 32 --rl.lr 1e-3)
 for size in $SIZES; do
   for seed in $SEEDS; do
     if [ "$SWEEP" = methods ]; then
+      # methods that compare adapter-on/off hidden states need LoRA; every other one trains in full
+      needs_lora=$(python -c "from bench.registry import METHODS
+print(' '.join(n for n in METHODS.names() if 'hidden_residual' in METHODS.get(n)().required))")
       for method in $(creditbench methods | awk '{print $1}'); do
-        case "$method" in
-          arca) train "$size" "$seed" --method.name arca "${LORA[@]}" ;;
-          *) train "$size" "$seed" --method.name "$method" ;;
-        esac
+        if [[ " $needs_lora " == *" $method "* ]]; then
+          train "$size" "$seed" --method.name "$method" "${LORA[@]}"
+        else
+          train "$size" "$seed" --method.name "$method"
+        fi
       done
       train "$size" "$seed" --method.name grpo "${LORA[@]}" --tracking.run_name "grpo-lora16-arithmetic-$size-seed$seed"
     else

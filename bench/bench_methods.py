@@ -1,17 +1,18 @@
-"""Benchmark: each method's update step against GRPO's on the same batch, at several lengths.
+"""Benchmark: each method's update step against a baseline's (GRPO) on the same batch.
 
     python -m bench.bench_methods [--lengths 256 1024 4096] [--tokens 16384] [--size tiny-500k]
-                                  [--methods grpo dapo ...] [--reps 3] [--out results/benchmarks]
+                                  [--methods grpo dapo ...] [--baseline grpo] [--reps 3]
+                                  [--out results/benchmarks]
 
 For each completion length T, one fixed rollout batch (B = tokens / T rows in groups of 4, lengths
 drawn in [T/2, T], mixed rewards) is trained on by every method through the engine's own code path
 (``RLVRModule.score_batch`` then ``RLVRModule.update``: the forward with grad, the method's credit
 and loss, aggregation, backward, clip and AdamW; ``score_batch`` holds any extra forward a method
 needs, such as ARCA's adapter-off pass). The KL term is off for every method so that only credit
-and loss differ. ARCA needs LoRA and is compared with GRPO under the same LoRA adapter. Methods are
-interleaved within each repetition; the median over repetitions (after one warm-up) is reported,
-with valid tokens per second and the peak resident memory the step adds (CPU; peak allocated
-memory on CUDA).
+and loss differ. A method that needs LoRA (ARCA) is compared with the baseline under the same LoRA
+adapter. Methods are interleaved within each repetition; the median over repetitions (after one
+warm-up) is reported, with valid tokens per second and the peak resident memory the step adds
+(CPU; peak allocated memory on CUDA).
 """
 
 from __future__ import annotations
@@ -138,20 +139,25 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16384, help="completion tokens per batch (rows = tokens / length)")
     ap.add_argument("--size", default="tiny-500k")
     ap.add_argument("--methods", nargs="+", default=None, help="default: every registered method")
+    ap.add_argument("--baseline", default="grpo", help="the method every other one is compared with")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="results/benchmarks")
     a = ap.parse_args()
     methods = a.methods or METHODS.names()
+    METHODS.get(a.baseline)
     for m in methods:
         METHODS.get(m)  # unknown names fail here, before any work
+    methods = [a.baseline] + [m for m in methods if m != a.baseline]
     torch.set_num_threads(min(2, torch.get_num_threads()))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     results = []
     for T in a.lengths:
         rows = max(G, a.tokens // T // G * G)
-        runs = [(m, False) for m in methods if "hidden_residual" not in METHODS.get(m).needs and m != "arca"]
-        if "arca" in methods:
-            runs += [("grpo", True), ("arca", True)]
+        # a method that compares adapter-on/off states runs under LoRA, beside the baseline under LoRA
+        lora = {m: "hidden_residual" in METHODS.get(m)().required for m in methods}
+        runs = [(m, False) for m in methods if not lora[m]]
+        if any(lora.values()):
+            runs += [(a.baseline, True)] + [(m, True) for m in methods if lora[m] and m != a.baseline]
         benches = {False: Bench(a.size, T, False, device), True: Bench(a.size, T, True, device)}
         batch = make_batch(T, rows, len(benches[False].tok), seed=T, device=device)
         valid = int(batch.completion_mask.sum())
@@ -165,9 +171,9 @@ def main() -> None:
                     mems[run].append(mem)
         for (m, lora) in runs:
             t = statistics.median(times[(m, lora)])
-            base = statistics.median(times[("grpo", lora)])
+            base = statistics.median(times[(a.baseline, lora)])
             results.append({"length": T, "rows": rows, "valid_tokens": valid, "method": m, "lora": lora,
-                            "update_s": t, "tokens_per_s": valid / t, "vs_grpo": t / base,
+                            "update_s": t, "tokens_per_s": valid / t, "vs_baseline": t / base,
                             "peak_mem_mb": max(mems[(m, lora)]) / 2**20})
             print(json.dumps(results[-1]))
     write(results, a, device, benches[False].params)
@@ -179,19 +185,19 @@ def write(results: list[dict], a, device, params: int) -> None:
     machine = (f"{torch.cuda.get_device_name()}" if device.type == "cuda" else
                f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} torch threads") + f", torch {torch.__version__}"
     lengths = sorted({r["length"] for r in results})
-    lines = [f"# Update step per method against GRPO ({machine})", "",
+    lines = [f"# Update step per method against {a.baseline} ({machine})", "",
              f"{a.size} ({params:,} parameters), fp32, {a.tokens} completion tokens per batch (rows = tokens / length, "
              f"groups of {G}, lengths in [T/2, T]), KL off, median of {a.reps} interleaved repetitions after a warm-up. "
              "Update = the engine's score_batch + update (forward with grad, credit, loss, backward, clip, AdamW). "
-             "ARCA is compared with GRPO under the same LoRA adapter (rank 8). "
+             f"Methods that need LoRA (adapter-on/off hidden states) are compared with {a.baseline} under the same LoRA adapter (rank 8). "
              "Memory = peak resident memory the step adds, sampled every millisecond after returning the allocator's free pages (malloc_trim).", "",
-             "| method | " + " | ".join(f"T={T}: s | tok/s | x GRPO | MB" for T in lengths) + " |",
+             "| method | " + " | ".join(f"T={T}: s | tok/s | x {a.baseline} | MB" for T in lengths) + " |",
              "|---|" + "---|---|---|---|" * len(lengths)]
     for key in dict.fromkeys((r["method"], r["lora"]) for r in results):
         cells = []
         for T in lengths:
             r = next(x for x in results if (x["method"], x["lora"]) == key and x["length"] == T)
-            cells.append(f"{r['update_s']:.3f} | {r['tokens_per_s']:,.0f} | {r['vs_grpo']:.2f} | {r['peak_mem_mb']:.0f}")
+            cells.append(f"{r['update_s']:.3f} | {r['tokens_per_s']:,.0f} | {r['vs_baseline']:.2f} | {r['peak_mem_mb']:.0f}")
         name = key[0] + (" (LoRA)" if key[1] else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     (out / "methods_update.md").write_text("\n".join(lines) + "\n")

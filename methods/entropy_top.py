@@ -18,8 +18,7 @@ Deviations and reconstructions:
    the credit by N_valid / N_selected over the batch, which divides by the kept tokens instead
    (exact for token-mean over the whole batch).
 3. The official script's dual clip (``clip_ratio_c`` = 10) is not applied (see methods.dapo).
-4. The kept-fraction statistic is recomputed on the batch ``loss`` receives, so with PPO
-   minibatches and ``population="batch"`` it uses the minibatch's own quantile.
+The kept share of tokens is the engine's ``credit/nonzero_frac`` (about rho on mixed groups).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from bench.core import LossOutput, RolloutBatch, check
+from bench.core import RolloutBatch, check
 from bench.registry import METHODS
 from methods.common import entropy_top_mask
 from methods.dapo import DAPO, DAPOConfig
@@ -75,8 +74,3 @@ class EntropyTop(DAPO):
             n_valid, n_kept = batch.completion_mask.sum(), keep.sum().clamp(min=1)
             credit = credit * (n_valid / n_kept)
         return credit
-
-    def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
-        out = super().loss(batch, logprobs, credit)
-        out.stats["entropy_kept_frac"] = self.top_mask(batch).float()
-        return out

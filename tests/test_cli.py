@@ -41,6 +41,12 @@ def test_methods_and_tasks_are_listed(capsys):
         (["--method.options", "{aggregation: mean}"], "valid: token-mean"),
         (["--precision", "fp8"], "bf16-mixed"),
         (["--rl.stepz", "3"], "stepz"),
+        (["--method.name", "arca"], "set model.lora.rank > 0"),
+        (["--model.lora.rank", "-1"], "model.lora.rank must be >= 0"),
+        (["--method.name", "arca", "--model.lora.rank", "8", "--method.options", "{signal: grad}"],
+         "valid: residual, surprisal, entropy_reduction, policy_divergence"),
+        (["--method.name", "grpo_lambda", "--method.options", "{style: old}"], "valid: recent, both"),
+        (["--method.name", "ibpo", "--method.options", "{alignment: fuzzy}"], "valid: diff, prefix_suffix"),
     ],
 )
 def test_bad_training_input(capsys, tmp_path, argv, expected):
