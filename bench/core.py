@@ -122,6 +122,7 @@ class Outcome:
     correct: bool
     parsed: str | None = None  # the answer the verifier extracted, for inspection
     correct_flexible: bool | None = None  # the lenient extraction's verdict, reported beside
+    error: str | None = None  # why it was graded wrong without a verdict: "timeout", "no answer", a sandbox limit
 
 
 # ----------------------------------------------------------------------------------- methods
