@@ -1,6 +1,7 @@
 """The ``creditbench`` command line.
 
     creditbench train --config run.yaml [--rl.steps 50 ...]   one RL run (typed YAML config)
+    creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of a checkpoint
     creditbench methods | tasks                                list the registries
     creditbench summarize --sweep NAME                         results/<NAME>/summary.csv
     creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
@@ -106,7 +107,7 @@ def cmd_summarize(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": "one RL run", "methods": "list methods", "tasks": "list tasks",
+COMMANDS = {"train": "one RL run", "eval": "pass@k of a checkpoint on a task", "methods": "list methods", "tasks": "list tasks",
             "summarize": "summary table of a sweep", "ui": "MLflow UI on 127.0.0.1"}
 
 
@@ -124,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             raise did_you_mean("command", cmd, COMMANDS)
         if cmd == "train":
             return cmd_train(rest)
+        if cmd == "eval":
+            from bench.evaluate import main as cmd_eval
+
+            return cmd_eval(rest)
         if cmd in ("methods", "tasks"):
             return cmd_list(cmd)
         if cmd == "ui":

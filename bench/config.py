@@ -173,3 +173,6 @@ class RunConfig:
     """Lightning precision; bf16-mixed autocasts (also on CPUs with bf16 support)."""
     threads: int = 0
     """torch intra-op threads (0: torch's default)."""
+    allow_code_execution: bool = False
+    """Let code tasks (humaneval, mbpp) run model-written programs in the sandbox; also
+    $CREDITBENCH_ALLOW_CODE_EXECUTION=1. Off by default: running generated code is opt-in."""

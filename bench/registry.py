@@ -35,6 +35,8 @@ class Registry(Generic[T]):
             if name in self._items and self._items[name] is not obj:
                 raise CreditBenchError(f"{self.kind} {name!r} is registered twice")
             self._items[name] = obj
+            if isinstance(obj, type) and hasattr(obj, "name") and "name" not in vars(obj):
+                obj.name = name  # a plug-in class that declares a ``name`` learns the one it is registered under
             return obj
 
         return deco

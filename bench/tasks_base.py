@@ -3,10 +3,24 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bench.core import Outcome
+
+CODE_EXECUTION_ENV = "CREDITBENCH_ALLOW_CODE_EXECUTION"
+
+
+def code_execution_allowed(flag: bool = False) -> bool:
+    """The explicit opt-in to run model-written code: the flag, or $CREDITBENCH_ALLOW_CODE_EXECUTION=1."""
+    return flag or os.environ.get(CODE_EXECUTION_ENV, "") == "1"
+
+
+def code_execution_refused(task: str) -> str:
+    return (f"task {task!r} runs model-written code; it only does so when you opt in with --allow-code-execution "
+            f"(creditbench eval), allow_code_execution: true (run config) or {CODE_EXECUTION_ENV}=1. "
+            f"Programs run in tasks/sandbox.py's sandbox, which limits but cannot guarantee containment")
 
 
 @dataclass(frozen=True)
@@ -25,9 +39,14 @@ class Task:
     """
 
     Config: ClassVar[type[TaskConfig]] = TaskConfig
+    name: ClassVar[str] = ""
+    """The registered name (set by ``TASKS.register``)."""
     VERSION: ClassVar[str] = "0"
     description: ClassVar[str] = ""
     splits: ClassVar[tuple[str, ...]] = ("train", "eval")
+    executes_code: ClassVar[bool] = False
+    """True for tasks whose verifier runs model-written programs: they only run after an explicit
+    opt-in (``allow_code_execution`` / ``--allow-code-execution`` / $CREDITBENCH_ALLOW_CODE_EXECUTION=1)."""
 
     def __init__(self, config: TaskConfig | None = None):
         self.config = config if config is not None else self.Config()

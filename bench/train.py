@@ -41,6 +41,15 @@ def resolve(cfg: RunConfig) -> Resolved:
     task_cls = TASKS.get(cfg.task.name)
     task = task_cls(build_config(task_cls.Config, cfg.task.options, f"task {cfg.task.name!r}"))
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
+    if "train" not in task.splits:
+        raise CreditBenchError(f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
+                               f"train on a task that has one, e.g. gsm8k, math500 or aime24")
+    if task.executes_code:
+        from bench.tasks_base import code_execution_allowed, code_execution_refused
+
+        if not code_execution_allowed(cfg.allow_code_execution):
+            raise CreditBenchError(code_execution_refused(cfg.task.name))
+        task.allow_code_execution()
     from bench.policy import TINY_SIZES
 
     if cfg.model.name.startswith("tiny-") and cfg.model.name not in TINY_SIZES:
