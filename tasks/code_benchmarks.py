@@ -4,9 +4,8 @@
 task         eval split (local file / Hub dataset)                 train split
 ============ ===================================================== ==================================
 humaneval    humaneval/HumanEval.jsonl.gz / openai/openai_humaneval (none)
-mbpp         mbpp/sanitized-mbpp.json task_id 11-510 (257) /        the other sanitized tasks except
-             google-research-datasets/mbpp sanitized test           the few-shot ids 1-10 (163) /
-                                                                    sanitized train+validation
+mbpp         mbpp/sanitized-mbpp.json task_id 11-510 (257) /        the other 170 sanitized tasks /
+             google-research-datasets/mbpp sanitized test           sanitized train+validation+prompt
 ============ ===================================================== ==================================
 
 A completion passes when ``program + tests`` runs to the end in :mod:`tasks.sandbox` (a separate
@@ -54,14 +53,18 @@ class CodeTaskConfig(TaskConfig):
     data_dir: str | None = None
     """Directory holding the upstream files (e.g. humaneval/HumanEval.jsonl.gz); default
     $CREDITBENCH_DATA, else the Hugging Face Hub."""
-    timeout_s: float = 10.0
-    """Wall-clock seconds per program (the CPU limit is the same, rounded up)."""
+    cpu_s: int = 10
+    """CPU seconds per program: the limit that decides slow programs (it does not depend on load;
+    the slowest reference solution, MBPP 123, needs about 5)."""
+    timeout_s: float = 30.0
+    """Wall-clock seconds per program: a backstop for programs that sleep or block."""
     memory_mb: int = 1024
     """Address-space limit per program."""
     workers: int | None = None
     """Programs run at once (None: min(2, cpus))."""
 
     def __post_init__(self) -> None:
+        check(self.cpu_s >= 1, f"cpu_s must be >= 1, got {self.cpu_s}")
         check(self.timeout_s > 0, f"timeout_s must be > 0, got {self.timeout_s}")
         check(self.memory_mb >= 64, f"memory_mb must be >= 64, got {self.memory_mb}")
         check(self.workers is None or self.workers >= 1, f"workers must be >= 1 (or null for auto), got {self.workers}")
@@ -98,8 +101,7 @@ class CodeBenchmark(Task):
             raise CreditBenchError(f"unknown template {self.config.template!r} for task {self.name!r}; "
                                    f"valid: {', '.join(self.templates)}")
         cfg = self.config
-        self.limits = SandboxLimits(timeout_s=cfg.timeout_s, cpu_s=max(1, int(-(-cfg.timeout_s // 1))),
-                                    memory_mb=cfg.memory_mb)
+        self.limits = SandboxLimits(timeout_s=cfg.timeout_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb)
         self._allowed = False
         self._sandbox: Sandbox | None = None
 
@@ -193,16 +195,17 @@ class MBPPConfig(CodeTaskConfig):
 class MBPP(CodeBenchmark):
     Config = MBPPConfig
     description = "MBPP sanitized (257 test tasks), function written from the text and its three asserts"
-    sources = {"train": Source("google-research-datasets/mbpp", "train+validation", "sanitized", "mbpp/sanitized-mbpp.json"),
+    sources = {"train": Source("google-research-datasets/mbpp", "train+validation+prompt", "sanitized",
+                               "mbpp/sanitized-mbpp.json"),
                "eval": Source("google-research-datasets/mbpp", "test", "sanitized", "mbpp/sanitized-mbpp.json")}
     fields = (("task_id",), ("prompt",), ("code",), ("test_list",))
     templates = ("instruct", "chat")
-    TEST_IDS = range(11, 511)  # the standard test split; 1-10 are the few-shot prompt tasks
+    TEST_IDS = range(11, 511)  # the standard test split
 
     def row(self, raw, split):
         tid = int(raw["task_id"])
         in_test = tid in self.TEST_IDS
-        if (split == "eval") != in_test or tid < 11:  # the local file holds every split
+        if (split == "eval") != in_test:  # the local file holds every split
             return None
         tests = list(raw["test_list"])
         setup = "\n".join(raw.get("test_imports") or [])

@@ -2,10 +2,9 @@
 prompt templates, decontamination, and one-line errors for missing files and wrong schemas."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
+from shared_data import DATA, needs_data
 
 from bench.errors import CreditBenchError
 from bench.gold_check import THRESHOLD, check_rows, shifted
@@ -13,8 +12,6 @@ from bench.registry import TASKS
 from tasks.data import DATA_ENV
 from tasks.math_benchmarks import integer_answer, last_boxed, olympiad_answer
 
-DATA = Path(os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
-needs_data = pytest.mark.skipif(not (DATA / "SOURCES.md").is_file(), reason=f"benchmark files not found at {DATA}")
 MATH_TASKS = ["gsm8k", "math", "math500", "aime24", "aime25", "amc23", "minerva", "olympiadbench"]
 EXPECTED = {("gsm8k", "train"): 7473, ("gsm8k", "eval"): 1319, ("math", "eval"): 5000, ("math500", "eval"): 500,
             ("aime24", "train"): 975, ("aime24", "eval"): 30, ("aime25", "eval"): 30, ("amc23", "eval"): 40,
