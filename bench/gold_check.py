@@ -46,7 +46,7 @@ def check_rows(task, rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r, ok, bad in zip(rows, right_out, wrong_out):
         reasons = []
         if not ok.correct:
-            reasons.append(f"gold graded wrong (strict{', timeout' if ok.error else ''}; parsed {ok.parsed!r})")
+            reasons.append(f"gold graded wrong (strict{', ' + ok.error if ok.error else ''}; parsed {ok.parsed!r})")
         if not ok.correct_flexible:
             reasons.append("gold graded wrong (flexible)")
         if bad.correct:
