@@ -76,3 +76,20 @@ def test_eval_rejects_a_size_and_a_missing_model(capsys, mlflow_uri):
     code, _, err = run_cli(capsys, "eval", "--model", "tiny-500k", "--task", "gsm8k", "--uri", mlflow_uri,
                            "--data-dir", str(DATA))
     assert code == 2 and "is a size, not a checkpoint" in error_line(err)
+
+
+@needs_data
+@pytest.mark.parametrize("task, extra", [("gsm8k", ["--task.options", f"{{data_dir: {DATA}, template: compact}}"]),
+                                         ("mbpp", ["--task.options", f"{{data_dir: {DATA}}}",
+                                                   "--allow_code_execution", "true"])])
+def test_training_runs_on_a_real_math_and_code_task(capsys, checkpoint, mlflow_uri, task, extra):
+    code, out, err = run_cli(capsys, "train", "--model.name", checkpoint, "--task.name", task, *extra,
+                             "--rl.steps", "1", "--rl.prompts_per_step", "2", "--rl.group_size", "2",
+                             "--eval.num_problems", "2", "--eval.n", "2", "--eval.k", "[1, 2]",
+                             "--rl.sampling.max_new_tokens", "8", "--eval.sampling.max_new_tokens", "8",
+                             "--tracking.uri", mlflow_uri, "--no-progress")
+    assert code == 0, err
+    run = mlflow.MlflowClient(mlflow_uri).search_runs(
+        [mlflow.MlflowClient(mlflow_uri).get_experiment_by_name("creditbench").experiment_id])[0]
+    assert run.data.tags["task"] == task and f"eval/{task}/pass_at_2" in run.data.metrics
+    assert run.data.metrics["train/samples"] == 4
