@@ -14,3 +14,15 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 @pytest.fixture
 def mlflow_uri(tmp_path):
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="session")
+def policy_dir(tmp_path_factory):
+    """A randomly initialised tiny-500k policy saved with from_pretrained's layout."""
+    from bench.policy import build_tiny
+
+    d = tmp_path_factory.mktemp("policy")
+    model, tok = build_tiny("tiny-500k", seed=0)
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d

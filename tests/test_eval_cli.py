@@ -6,17 +6,12 @@ import mlflow
 import pytest
 
 from bench.cli import main
-from bench.policy import build_tiny
 from shared_data import DATA, needs_data
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    model, tok = build_tiny("tiny-500k", seed=0)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+@pytest.fixture
+def checkpoint(policy_dir):
+    return str(policy_dir)
 
 
 def run_cli(capsys, *argv):

@@ -9,18 +9,9 @@ from bench.config import EvalConfig, RLConfig
 from bench.core import Method
 from bench.errors import CreditBenchError
 from bench.module import RLVRModule
-from bench.policy import build_tiny, load_policy
+from bench.policy import load_policy
 from bench.rollout import SamplingConfig
 from methods.grpo import GRPO, GRPOConfig
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("policy")
-    model, tok = build_tiny("tiny-500k", seed=0)
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
 
 
 class EveryTokenUp(GRPO):
