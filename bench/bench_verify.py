@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 
-def math_items(data_dir: str, count: int):
+def math_items(data_dir: str, count: int, task: str):
     from bench.gold_check import shifted
     from bench.registry import TASKS
 
-    cls = TASKS.get("math500")
+    cls = TASKS.get(task)
     rows = list(cls(cls.Config(data_dir=data_dir, grader_workers=0)).load("eval"))
     completions, answers = [], []
     reasoning = "Let us work through the problem step by step. First we simplify the expression; then we check the cases. "
@@ -42,10 +42,10 @@ def math_items(data_dir: str, count: int):
     return completions, answers
 
 
-def bench_math(data_dir: str, count: int, workers: list[int], reps: int) -> list[dict]:
+def bench_math(data_dir: str, count: int, workers: list[int], reps: int, task: str) -> list[dict]:
     from tasks.math_grader import MathGrader, shutdown_pools
 
-    completions, answers = math_items(data_dir, count)
+    completions, answers = math_items(data_dir, count, task)
     out = []
     for w in workers:
         t0 = time.perf_counter()
@@ -65,12 +65,12 @@ def bench_math(data_dir: str, count: int, workers: list[int], reps: int) -> list
     return out
 
 
-def bench_code(data_dir: str, workers: list[int], reps: int) -> list[dict]:
+def bench_code(data_dir: str, workers: list[int], reps: int, task: str) -> list[dict]:
     from bench.registry import TASKS
 
     out = []
     for w in workers:
-        cls = TASKS.get("humaneval")
+        cls = TASKS.get(task)
         task = cls(cls.Config(data_dir=data_dir, workers=w))
         task.allow_code_execution()
         rows = list(task.load("eval"))
@@ -107,11 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="0,1,2", help="math grader workers (0: inline)")
     ap.add_argument("--code-workers", default="1,2")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--math-task", default="math500", help="a math task whose eval rows make the items")
+    ap.add_argument("--code-task", default="humaneval", help="a code task whose reference solutions are run")
     ap.add_argument("--out", default="results/benchmarks/verify")
     a = ap.parse_args(argv)
     env = {"cpus": os.cpu_count(), "platform": platform.platform()}
-    res = bench_math(a.data_dir, a.math_items, [int(w) for w in a.workers.split(",")], a.reps)
-    res += bench_code(a.data_dir, [int(w) for w in a.code_workers.split(",")], a.reps)
+    res = bench_math(a.data_dir, a.math_items, [int(w) for w in a.workers.split(",")], a.reps, a.math_task)
+    res += bench_code(a.data_dir, [int(w) for w in a.code_workers.split(",")], a.reps, a.code_task)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"env": env, "results": res}, indent=2))

@@ -174,5 +174,5 @@ class RunConfig:
     threads: int = 0
     """torch intra-op threads (0: torch's default)."""
     allow_code_execution: bool = False
-    """Let code tasks (humaneval, mbpp) run model-written programs in the sandbox; also
+    """Let code tasks run model-written programs in the sandbox; also
     $CREDITBENCH_ALLOW_CODE_EXECUTION=1. Off by default: running generated code is opt-in."""

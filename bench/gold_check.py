@@ -2,7 +2,7 @@
 in the data directory, the gold answer written in ``\\boxed{}`` must grade correct and a shifted
 wrong answer must grade wrong, with strict and with flexible extraction.
 
-    python -m bench.gold_check [--data-dir ../shared/data] [--tasks gsm8k,math500] [--limit N]
+    python -m bench.gold_check [--data-dir ../shared/data] [--tasks TASK/SPLIT,...] [--limit N]
 
 The shifted answer adds one to the first integer in the gold string (``\\frac{3}{4}`` ->
 ``\\frac{4}{4}``, ``(2, 5)`` -> ``(3, 5)``, ``52_8`` -> ``53_8``), or appends ``+1`` when it has
@@ -19,11 +19,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-# (task, split): each local math file once
-DATASETS = [("gsm8k", "train"), ("gsm8k", "eval"), ("math", "train"), ("math", "eval"), ("math500", "eval"),
-            ("aime24", "train"), ("aime24", "eval"), ("aime25", "eval"), ("amc23", "eval"), ("minerva", "eval"),
-            ("olympiadbench", "eval")]
 THRESHOLD = 0.995
+
+
+def datasets(data_dir: str) -> list[tuple[str, str]]:
+    """(task, split) for every registered task graded against gold answers (data files, no code
+    execution), each data file once."""
+    import dataclasses
+
+    from bench.registry import TASKS
+
+    seen, out = set(), []
+    for name in TASKS.names():
+        cls = TASKS.get(name)
+        fields = {f.name for f in dataclasses.fields(cls.Config)}
+        if cls.executes_code or "data_dir" not in fields or not getattr(cls, "sources", None):
+            continue
+        for split, source in cls.sources.items():
+            if source.local not in seen:
+                seen.add(source.local)
+                out.append((name, split))
+    return out
 
 
 def shifted(answer: str) -> str:
@@ -108,11 +124,11 @@ def markdown(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gold_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", default="../shared/data")
-    ap.add_argument("--tasks", default="", help="comma-separated task/split (e.g. gsm8k/eval); default all")
+    ap.add_argument("--tasks", default="", help="comma-separated task/split; default every math dataset")
     ap.add_argument("--limit", type=int, default=0, help="first N rows of each dataset (0: all)")
     ap.add_argument("--out", default="results/tasks/gold_check")
     a = ap.parse_args(argv)
-    names = [tuple(s.split("/")) for s in a.tasks.split(",") if s] or DATASETS
+    names = [tuple(s.split("/")) for s in a.tasks.split(",") if s] or datasets(a.data_dir)
     results = run(a.data_dir, names, a.limit)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ def resolve(cfg: RunConfig) -> Resolved:
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
     if "train" not in task.splits:
         raise CreditBenchError(f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
-                               f"train on a task that has one, e.g. gsm8k, math500 or aime24")
+                               "train on a task that has one (see `creditbench tasks`)")
     if task.executes_code:
         from bench.tasks_base import code_execution_allowed, code_execution_refused
 
