@@ -2,8 +2,10 @@
 
     creditbench train --config run.yaml [--rl.steps 50 ...]   one RL run (typed YAML config)
     creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of a checkpoint
+    creditbench sweep SPEC.yaml [--jobs N] [--dry-run]         methods x models x seeds, then the report
+    creditbench summarize --sweep NAME                         (re)write results/<NAME>/ report, tables, plots
+    creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
     creditbench methods | tasks                                list the registries
-    creditbench summarize --sweep NAME                         results/<NAME>/summary.csv
     creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
 """
 
@@ -13,6 +15,7 @@ import argparse
 import os
 import sys
 import warnings
+from pathlib import Path
 
 
 def _quiet() -> None:
@@ -93,22 +96,64 @@ def cmd_ui(argv: list[str]) -> int:
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", a.uri, "--host", "127.0.0.1",
            "--port", str(a.port), "--workers", "1"]
     print(f"MLflow UI for {a.uri} on http://127.0.0.1:{a.port} (Ctrl-C to stop)")
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job workers
     os.execv(sys.executable, cmd)
 
 
 def cmd_summarize(argv: list[str]) -> int:
-    from bench.summary import summarize
+    import yaml
 
-    ap = argparse.ArgumentParser(prog="creditbench summarize", description="Summarise a sweep's runs.")
+    from bench.report import build_report, load_runs, write_files
+
+    ap = argparse.ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
     ap.add_argument("--results-dir", default="results")
+    ap.add_argument("--no-plots", action="store_true")
     a = ap.parse_args(argv)
-    print(summarize(a.results_dir, a.sweep))
+    spec_path = Path(a.results_dir) / a.sweep / "sweep.yaml"
+    spec = (yaml.safe_load(spec_path.read_text()) or {}) if spec_path.is_file() else {}
+    runs = load_runs(a.results_dir, a.sweep)
+    report = build_report(runs, str(spec.get("baseline", "grpo")), float(spec.get("target", 0.9)),
+                          spec.get("budget"), a.sweep)
+    if report["baseline"] not in {r["label"] for r in runs}:
+        report["baseline"] = ""
+    from bench.report import markdown
+
+    written = write_files(report, Path(a.results_dir) / a.sweep, plots=not a.no_plots)
+    print(markdown(report))
+    print("\nwritten: " + ", ".join(str(p) for p in written))
     return 0
 
 
-COMMANDS = {"train": "one RL run", "eval": "pass@k of a checkpoint on a task", "methods": "list methods", "tasks": "list tasks",
-            "summarize": "summary table of a sweep", "ui": "MLflow UI on 127.0.0.1"}
+def cmd_sweep(argv: list[str]) -> int:
+    from bench.report import markdown
+    from bench.sweep import load_spec, run_sweep
+
+    ap = argparse.ArgumentParser(prog="creditbench sweep", description="Run a sweep spec: every method x model x "
+                                 "seed as its own process and MLflow run, under one parent run; then the report.")
+    ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    ap.add_argument("--results-dir", default="results")
+    ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    ap.add_argument("--dry-run", action="store_true", help="validate the spec and list its runs; start nothing")
+    a = ap.parse_args(argv)
+    if a.jobs < 1:
+        return _fail(f"--jobs must be >= 1, got {a.jobs}")
+    sweep = load_spec(a.spec, a.results_dir)
+    if a.dry_run:
+        for r in sweep.runs:
+            print(f"{r.key}  ({r.cfg.method.name}, {r.cfg.model.name}, seed {r.cfg.seed})")
+        print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
+        return 0
+    report = run_sweep(sweep, a.jobs, a.results_dir, a.uri)
+    print(markdown(report))
+    print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
+    return 0
+
+
+COMMANDS = {"train": "one RL run", "eval": "pass@k of a checkpoint on a task", "sweep": "run a sweep spec",
+            "summarize": "report of a sweep", "table": "a paper's numbers beside this suite's",
+            "methods": "list methods", "tasks": "list tasks", "ui": "MLflow UI on 127.0.0.1"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(cmd)
         if cmd == "ui":
             return cmd_ui(rest)
+        if cmd == "sweep":
+            return cmd_sweep(rest)
+        if cmd == "table":
+            from bench.papers import main as cmd_table
+
+            return cmd_table(rest)
         return cmd_summarize(rest)
     except CreditBenchError as e:
         return _fail(str(e))

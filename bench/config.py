@@ -34,6 +34,14 @@ class LoRAConfig:
 
 
 @dataclass
+class TaskSpec:
+    name: str = "arithmetic"
+    """A registered task (see `creditbench tasks`)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the task's config fields."""
+
+
+@dataclass
 class ModelConfig:
     name: str = "tiny-500k"
     """A tiny size (tiny-500k, tiny-2m, tiny-8m: warm-started on the task first), a local
@@ -42,14 +50,6 @@ class ModelConfig:
     """Parameter dtype when loading a checkpoint."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (ARCA needs them; the ARCA paper compares rank-matched baselines)."""
-
-
-@dataclass
-class TaskSpec:
-    name: str = "arithmetic"
-    """A registered task (see `creditbench tasks`)."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the task's config fields."""
 
 
 @dataclass
@@ -85,6 +85,11 @@ class RLConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     samples_to_log: int = 16
     """Completions (with rewards) logged as an MLflow table at each eval."""
+    budget_samples: int = 0
+    """Stop once this many training completions were generated (0: no limit; ``steps`` stays the
+    ceiling). Budgets match methods that use different numbers of samples per step."""
+    budget_tokens: int = 0
+    """Stop once this many completion tokens were generated for training (0: no limit)."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, f"rl.steps must be >= 1, got {self.steps}")
@@ -99,6 +104,8 @@ class RLConfig:
         check(self.lr > 0, f"rl.lr must be > 0, got {self.lr}")
         check(self.grad_clip >= 0, f"rl.grad_clip must be >= 0, got {self.grad_clip}")
         check(self.warmup_steps >= 0, f"rl.warmup_steps must be >= 0, got {self.warmup_steps}")
+        check(self.budget_samples >= 0, f"rl.budget_samples must be >= 0, got {self.budget_samples}")
+        check(self.budget_tokens >= 0, f"rl.budget_tokens must be >= 0, got {self.budget_tokens}")
 
 
 @dataclass
@@ -114,8 +121,12 @@ class EvalConfig:
     batch_problems: int = 100
     """Problems per generate call."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    tasks: list[TaskSpec] = field(default_factory=list)
+    """More tasks evaluated at every eval point (their eval splits), after the training task's own."""
 
     def __post_init__(self) -> None:
+        self.tasks = [t if isinstance(t, TaskSpec) else TaskSpec(**t) if isinstance(t, dict) else TaskSpec(str(t))
+                      for t in self.tasks]
         check(self.every >= 1, f"eval.every must be >= 1, got {self.every}")
         check(self.n >= 1, f"eval.n must be >= 1, got {self.n}")
         check(len(self.k) > 0, "eval.k must list at least one k")
@@ -153,6 +164,10 @@ class TrackingConfig:
     """MLflow run name (default: method-task-model-seed)."""
     sweep: str | None = None
     """When set, the run's result is also written to results/<sweep>/runs/ for the summary."""
+    parent_run_id: str | None = None
+    """MLflow run this run is nested under (a sweep's parent run)."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Extra MLflow tags (a sweep sets its run key, method label and budget here)."""
     results_dir: str = "results"
     cache_dir: str = field(default_factory=lambda: os.environ.get("CREDITBENCH_CACHE", ".creditbench/cache"))
     """Where base (warm-start) checkpoints are cached."""

@@ -46,18 +46,24 @@ def _rows(batch: list[dict]) -> list[dict]:
 
 class PromptDataModule(L.LightningDataModule):
     """Train prompts in a seeded random order, ``prompts_per_step`` per RL step; eval problems in
-    fixed order."""
+    fixed order, one dataloader per eval task (the training task first)."""
 
-    def __init__(self, task: Task, prompts_per_step: int, eval_cfg: EvalConfig, seed: int):
+    def __init__(self, task: Task, prompts_per_step: int, eval_cfg: EvalConfig, seed: int,
+                 eval_tasks: dict[str, Task] | None = None):
         super().__init__()
         self.task, self.prompts_per_step, self.eval_cfg, self.seed = task, prompts_per_step, eval_cfg, seed
+        self.eval_tasks = eval_tasks
         self.train_rows = self.eval_rows = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_rows is None:
             self.train_rows = self.task.load("train")
-            ev = self.task.load("eval")
-            self.eval_rows = ev.select(range(min(self.eval_cfg.num_problems, len(ev))))
+            tasks = self.eval_tasks or {"": self.task}
+            self.eval_sets = []
+            for task in tasks.values():
+                ev = task.load("eval")
+                self.eval_sets.append(ev.select(range(min(self.eval_cfg.num_problems, len(ev)))))
+            self.eval_rows = self.eval_sets[0]
 
     def train_dataloader(self) -> DataLoader:
         g = torch.Generator().manual_seed(self.seed)
@@ -77,13 +83,14 @@ class PromptDataModule(L.LightningDataModule):
             self._refill = stream()
         return [next(self._refill) for _ in range(n)]
 
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.eval_rows, batch_size=self.eval_cfg.batch_problems, collate_fn=_rows)
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        loaders = [DataLoader(rows, batch_size=self.eval_cfg.batch_problems, collate_fn=_rows) for rows in self.eval_sets]
+        return loaders[0] if len(loaders) == 1 else loaders
 
 
 class RLVRModule(L.LightningModule):
     def __init__(self, policy, tokenizer, method: Method, task: Task, task_name: str, rl: RLConfig,
-                 eval_cfg: EvalConfig, ref_policy=None):
+                 eval_cfg: EvalConfig, ref_policy=None, eval_tasks: dict[str, Task] | None = None):
         super().__init__()
         self.lora = hasattr(policy, "disable_adapter")  # a peft model
         unsupported = method.required - NEEDS
@@ -101,13 +108,15 @@ class RLVRModule(L.LightningModule):
             ref_policy.requires_grad_(False).eval()
         self.method, self.task, self.task_name, self.rl, self.eval_cfg = method, task, task_name, rl, eval_cfg
         self.engine = HFRolloutEngine(policy, tokenizer)
-        self.eval_metric = PassAtK(eval_cfg.k)
+        self.eval_tasks = eval_tasks or {task_name: task}  # evaluated in this order; the first is the primary
+        self.eval_metrics = {name: PassAtK(eval_cfg.k) for name in self.eval_tasks}
         self.rl_step = 0  # completed RL steps
         self.samples = 0  # completions generated for training
         self.tokens = 0  # completion tokens generated for training
         self.eval_history: list[dict[str, Any]] = []
         self._verify_s, self._gen_rounds, self._kept_groups = 0.0, 1, None
-        self._eval_extra: dict[str, list] = {}
+        self._eval_extra: dict[str, dict[str, list]] = {}
+        self._probe: tuple[RolloutBatch, int] | None = None
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
@@ -129,12 +138,14 @@ class RLVRModule(L.LightningModule):
         return [opt], [{"scheduler": torch.optim.lr_scheduler.LambdaLR(opt, factor), "interval": "step"}]
 
     # ------------------------------------------------------------------ one RL step
-    def rollout(self, rows: list[dict], n: int, sampling, details: bool) -> tuple[RolloutBatch, list[dict]]:
-        prompts = [self.task.prompt(r, self.tokenizer) for r in rows]
+    def rollout(self, rows: list[dict], n: int, sampling, details: bool,
+                task: Task | None = None) -> tuple[RolloutBatch, list[dict]]:
+        task = task or self.task
+        prompts = [task.prompt(r, self.tokenizer) for r in rows]
         gen = self.engine.generate(prompts, n, sampling)
         expanded = [r for r in rows for _ in range(n)]
         t = time.perf_counter()
-        outcomes = self.task.verify(gen.texts, expanded, details=details)
+        outcomes = task.verify(gen.texts, expanded, details=details)
         self._verify_s += time.perf_counter() - t
         batch = RolloutBatch(
             prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
@@ -339,18 +350,29 @@ class RLVRModule(L.LightningModule):
             stats["train/kept_groups"] = float(self._kept_groups)
         self._log(stats)
         self.log("reward", stats["train/reward"], prog_bar=True, logger=False, batch_size=batch.size)
+        if self.budget_spent:
+            self.trainer.should_stop = True
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether the run's sample or token budget (``rl.budget_*``; 0 is none) is used up."""
+        rl = self.rl
+        return bool((rl.budget_samples and self.samples >= rl.budget_samples)
+                    or (rl.budget_tokens and self.tokens >= rl.budget_tokens))
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
         self._verify_s = 0.0
-        self.eval_metric.reset()
-        self._eval_extra = {"lengths": [], "tokens_correct": [], "truncated": [], "flex": [], "samples": []}
+        for metric in self.eval_metrics.values():
+            metric.reset()
+        self._eval_extra = {name: {"lengths": [], "truncated": [], "flex": [], "samples": []} for name in self.eval_tasks}
 
-    def validation_step(self, rows: list[dict], batch_idx: int) -> None:
+    def validation_step(self, rows: list[dict], batch_idx: int, dataloader_idx: int = 0) -> None:
         n = self.eval_cfg.n
-        batch, info = self.rollout(rows, n, self.eval_cfg.sampling, details=True)
-        self.eval_metric.update(batch.correct.view(len(rows), n).cpu())
-        ex = self._eval_extra
+        name = list(self.eval_tasks)[dataloader_idx]
+        batch, info = self.rollout(rows, n, self.eval_cfg.sampling, details=True, task=self.eval_tasks[name])
+        self.eval_metrics[name].update(batch.correct.view(len(rows), n).cpu())
+        ex = self._eval_extra[name]
         ex["lengths"].extend(batch.lengths.tolist())
         ex["truncated"].extend(batch.truncated.tolist())
         ex["flex"].extend(bool(i["correct_flexible"]) for i in info)
@@ -361,26 +383,74 @@ class RLVRModule(L.LightningModule):
                                       "answer": rows[j // n]["answer"]})
 
     def on_validation_epoch_end(self) -> None:
-        res = self.eval_metric.compute()
-        ex = self._eval_extra
-        lengths = np.array(ex["lengths"], dtype=float)
-        n_correct = res["pass_at_1"] * res["num_problems"] * self.eval_cfg.n
-        res["mean_length"] = float(lengths.mean())
-        res["truncated_frac"] = float(np.mean(ex["truncated"]))
-        res["flexible_avg_at_n"] = float(np.mean(ex["flex"]))
-        res["tokens_per_correct"] = float(lengths.sum() / n_correct) if n_correct > 0 else float("nan")
-        metrics = {metric_key("eval", self.task_name, k): v for k, v in res.items()}
-        metrics[metric_key("eval", self.task_name, "samples")] = float(self.samples)
-        metrics[metric_key("eval", self.task_name, "tokens")] = float(self.tokens)
-        self._log(metrics)
-        per_problem = self.eval_metric.per_problem()
-        self.eval_history.append({"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, **res,
-                                  "per_problem_pass_at_1": per_problem[1].tolist()})
-        if ex["samples"] and isinstance(self.logger, MLFlowLogger):
-            table = {k: [s[k] for s in ex["samples"][: self.rl.samples_to_log]] for k in ex["samples"][0]}
-            self.logger.experiment.log_table(self.logger.run_id, data=table,
-                                             artifact_file=f"completions/step_{self.rl_step:06d}.json")
-        self.log("eval_pass_at_1", res["pass_at_1"], prog_bar=True, logger=False)
+        entry: dict[str, Any] = {"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval": {}}
+        for name, metric in self.eval_metrics.items():
+            res = metric.compute()
+            ex = self._eval_extra[name]
+            lengths = np.array(ex["lengths"], dtype=float)
+            n_correct = res["pass_at_1"] * res["num_problems"] * self.eval_cfg.n
+            res["mean_length"] = float(lengths.mean())
+            res["truncated_frac"] = float(np.mean(ex["truncated"]))
+            res["flexible_avg_at_n"] = float(np.mean(ex["flex"]))
+            res["tokens_per_correct"] = float(lengths.sum() / n_correct) if n_correct > 0 else float("nan")
+            metrics = {metric_key("eval", name, k): v for k, v in res.items()}
+            metrics[metric_key("eval", name, "samples")] = float(self.samples)
+            metrics[metric_key("eval", name, "tokens")] = float(self.tokens)
+            self._log(metrics)
+            entry["eval"][name] = {**res, "per_problem_pass_at_1": metric.per_problem()[1].tolist()}
+            if ex["samples"] and isinstance(self.logger, MLFlowLogger):
+                table = {k: [x[k] for x in ex["samples"][: self.rl.samples_to_log]] for k in ex["samples"][0]}
+                folder = "completions" if name == self.task_name else f"completions/{name}"
+                self.logger.experiment.log_table(self.logger.run_id, data=table,
+                                                 artifact_file=f"{folder}/step_{self.rl_step:06d}.json")
+        self.eval_history.append(entry)
+        self.log("eval_pass_at_1", entry["eval"][next(iter(self.eval_tasks))]["pass_at_1"], prog_bar=True, logger=False)
+
+    # ------------------------------------------------------------------ credit probe
+    @torch.no_grad()
+    def make_probe(self, rows: list[dict], seed: int = 1234) -> bool:
+        """Fix one group of completions to show each method's credit on: the first of ``rows`` whose
+        G samples (drawn with a fixed seed) mix correct and wrong answers. With the same base policy
+        every method gets the same group, so their credit maps are comparable. Returns whether one was found."""
+        with torch.random.fork_rng(devices=self._rng_devices()):
+            torch.manual_seed(seed)
+            for row in rows:
+                batch, _ = self.rollout([row], self.rl.group_size, self.rl.sampling, details=False)
+                if batch.rewards.max() > batch.rewards.min():
+                    self._probe = (batch, int(torch.argmin(batch.rewards)))
+                    return True
+        return False
+
+    def _rng_devices(self) -> list[int]:
+        return [self.device.index or 0] if self.device.type == "cuda" else []
+
+    def credit_probe(self) -> dict[str, Any] | None:
+        """This method's effective credit (-dL/d log pi, as in the credit/* diagnostics) on the probe
+        group's first best completion, under the current policy: token texts and one value each."""
+        if self._probe is None:
+            return None
+        import dataclasses as dc
+
+        batch, row = self._probe
+        batch = dc.replace(batch, extra=dict(batch.extra))
+        counters = self.samples, self.tokens
+        with torch.random.fork_rng(devices=self._rng_devices()):
+            torch.manual_seed(4321)
+            batch = self.method.augment(batch, self)  # e.g. IBPO's repairs (not counted as training samples)
+        self.samples, self.tokens = counters
+        self.score_batch(batch, fused=False)
+        credit = self.method.credit(batch)
+        s = self._forward(self.policy, batch, with_entropy=False)
+        cfg = self.method.config
+        out = self.method.loss(batch, s.logprobs, credit)
+        loss = aggregate(out.loss, batch.completion_mask, cfg.aggregation, max_len=batch.max_new_tokens)
+        grad = torch.autograd.grad(loss, s.logprobs, allow_unused=True)[0]
+        grad = torch.zeros_like(s.logprobs) if grad is None else grad
+        valid = batch.completion_mask[row].bool()
+        ids = batch.completion_ids[row][valid].tolist()
+        return {"prompt": batch.prompts[row], "completion": batch.completions[row],
+                "completion_tokens": [self.tokenizer.decode([i]) for i in ids],
+                "reward": float(batch.rewards[row]), "credit": (-grad[row][valid]).float().tolist()}
 
     def _log(self, metrics: dict[str, float]) -> None:
         if self.logger is not None:

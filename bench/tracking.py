@@ -38,7 +38,8 @@ def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str]):
     from lightning.pytorch.loggers import MLFlowLogger
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    logger = MLFlowLogger(experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags)
+    logger = MLFlowLogger(experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags,
+                          synchronous=True)  # every metric is in the store when the call returns
     try:
         _ = logger.run_id  # creates the experiment and the run
     except Exception as e:  # mlflow raises many types for an unusable store

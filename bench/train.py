@@ -26,6 +26,8 @@ class Resolved:
     cfg: RunConfig
     method: Method
     task: Task
+    eval_tasks: dict[str, Task]
+    """Tasks evaluated at every eval point, the training task first."""
 
     @property
     def run_name(self) -> str:
@@ -38,18 +40,26 @@ def resolve(cfg: RunConfig) -> Resolved:
     before any work starts."""
     method_cls = METHODS.get(cfg.method.name)
     method = method_cls(build_config(method_cls.Config, cfg.method.options, f"method {cfg.method.name!r}"))
-    task_cls = TASKS.get(cfg.task.name)
-    task = task_cls(build_config(task_cls.Config, cfg.task.options, f"task {cfg.task.name!r}"))
+    task = _build_task(cfg.task.name, cfg.task.options)
+    eval_tasks = {cfg.task.name: task}
+    for spec in cfg.eval.tasks:
+        if spec.name in eval_tasks:
+            continue
+        eval_tasks[spec.name] = _build_task(spec.name, spec.options)
+        if "eval" not in eval_tasks[spec.name].splits:
+            raise CreditBenchError(f"eval task {spec.name!r} has no eval split (it has: "
+                                   f"{', '.join(eval_tasks[spec.name].splits)})")
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
     if "train" not in task.splits:
         raise CreditBenchError(f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
                                "train on a task that has one (see `creditbench tasks`)")
-    if task.executes_code:
-        from bench.tasks_base import code_execution_allowed, code_execution_refused
+    for name, t in eval_tasks.items():
+        if t.executes_code:
+            from bench.tasks_base import code_execution_allowed, code_execution_refused
 
-        if not code_execution_allowed(cfg.allow_code_execution):
-            raise CreditBenchError(code_execution_refused(cfg.task.name))
-        task.allow_code_execution()
+            if not code_execution_allowed(cfg.allow_code_execution):
+                raise CreditBenchError(code_execution_refused(name))
+            t.allow_code_execution()
     from bench.policy import TINY_SIZES
 
     if cfg.model.name.startswith("tiny-") and cfg.model.name not in TINY_SIZES:
@@ -62,7 +72,12 @@ def resolve(cfg: RunConfig) -> Resolved:
     if cfg.model.name.startswith(("/", "./", "../", "~")) and not Path(cfg.model.name).expanduser().is_dir():
         raise CreditBenchError(f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
                                f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})")
-    return Resolved(cfg, method, task)
+    return Resolved(cfg, method, task, eval_tasks)
+
+
+def _build_task(name: str, options: dict[str, Any]) -> Task:
+    task_cls = TASKS.get(name)
+    return task_cls(build_config(task_cls.Config, options, f"task {name!r}"))
 
 
 def config_yaml(cfg: RunConfig) -> str:
@@ -102,14 +117,18 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
             "git_commit": git_commit(), "aggregation": r.method.config.aggregation, "kind": "rl"}
     if cfg.tracking.sweep:
         tags["sweep"] = cfg.tracking.sweep
+    if cfg.tracking.parent_run_id:
+        tags["mlflow.parentRunId"] = cfg.tracking.parent_run_id
+    tags.update(cfg.tracking.tags)
     logger = make_logger(cfg.tracking.uri, cfg.tracking.experiment, r.run_name, tags)
     resolved_params = flatten(cfg)
     resolved_params.update({f"method.options.{k}": v for k, v in dataclasses.asdict(r.method.config).items()})
     resolved_params.update({f"task.options.{k}": v for k, v in dataclasses.asdict(r.task.config).items()})
     log_config(logger, resolved_params, config_yaml(cfg))
 
-    module = RLVRModule(policy, tokenizer, r.method, r.task, cfg.task.name, cfg.rl, cfg.eval, ref_policy=ref)
-    data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed)
+    module = RLVRModule(policy, tokenizer, r.method, r.task, cfg.task.name, cfg.rl, cfg.eval, ref_policy=ref,
+                        eval_tasks=r.eval_tasks)
+    data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
     rl = cfg.rl
     trainer = L.Trainer(
         accelerator="auto", devices=1, precision=cfg.precision, logger=logger,
@@ -118,32 +137,43 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress,
     )
     trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
+    module.make_probe(list(data.eval_rows.select(range(min(16, len(data.eval_rows))))))
     trainer.fit(module, datamodule=data)
     if trainer.interrupted:  # Ctrl-C: Lightning returns from fit; record nothing as finished
         logger.finalize("KILLED")
         raise CreditBenchError(f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was recorded as finished")
     if module.eval_history[-1]["step"] != module.rl_step:
         trainer.validate(module, datamodule=data, verbose=False)
+    probe = module.credit_probe()
     wall = time.perf_counter() - t_start
     logger.log_metrics({"time/wall_s": wall}, step=module.rl_step)
-    logger.finalize("success")
+    if probe is not None:
+        logger.experiment.log_dict(logger.run_id, probe, "credit_probe.json")
+    primary = cfg.task.name
+    base, final = module.eval_history[0]["eval"], module.eval_history[-1]["eval"]
 
-    base, final = module.eval_history[0], module.eval_history[-1]
+    def strip(res: dict) -> dict:
+        return {k: v for k, v in res.items() if k != "per_problem_pass_at_1"}
+
     result = {
-        "run_name": r.run_name, "mlflow_run_id": logger.run_id, "method": cfg.method.name, "task": cfg.task.name,
-        "model": cfg.model.name, "params": params, "lora_rank": lora.rank, "seed": cfg.seed, "steps": module.rl_step,
-        "samples": module.samples, "tokens": module.tokens, "wall_s": round(wall, 1),
-        "base": {k: v for k, v in base.items() if k != "per_problem_pass_at_1"},
-        "final": {k: v for k, v in final.items() if k != "per_problem_pass_at_1"},
-        "delta_pass_at_1": paired_delta(base["per_problem_pass_at_1"], final["per_problem_pass_at_1"]),
-        "history": [{k: v for k, v in h.items() if k != "per_problem_pass_at_1"} for h in module.eval_history],
+        "run_name": r.run_name, "mlflow_run_id": logger.run_id, "method": cfg.method.name, "task": primary,
+        "eval_tasks": list(r.eval_tasks), "model": cfg.model.name, "params": params, "lora_rank": lora.rank,
+        "seed": cfg.seed, "steps": module.rl_step, "samples": module.samples, "tokens": module.tokens,
+        "wall_s": round(wall, 1), "tags": dict(cfg.tracking.tags),
+        "budget": {"samples": cfg.rl.budget_samples, "tokens": cfg.rl.budget_tokens},
+        "base": strip(base[primary]), "final": strip(final[primary]),
+        "delta_pass_at_1": paired_delta(base[primary]["per_problem_pass_at_1"], final[primary]["per_problem_pass_at_1"]),
+        "history": [{"step": h["step"], "samples": h["samples"], "tokens": h["tokens"],
+                     "eval": {t: strip(res) for t, res in h["eval"].items()}} for h in module.eval_history],
+        "credit_probe": probe,
     }
-    if cfg.tracking.sweep:
+    if cfg.tracking.sweep:  # written before the MLflow run is marked finished: a finished run always has it
         out = Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(result, indent=2))
         tmp.replace(out)
+    logger.finalize("success")
     return result
 
 

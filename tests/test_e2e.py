@@ -70,13 +70,22 @@ def test_mlflow_store_holds_the_runs(result, store):
     assert summary["mlflow_run_id"] == result["mlflow_run_id"]
 
 
-def test_summary_csv(result, store):
-    from bench.summary import summarize
+def test_report_of_the_run(result, store):
+    from pathlib import Path
 
-    text = summarize(store["results"], "e2e")
-    assert "| grpo | arithmetic | tiny-500k | 0 |" in text
-    csv_text = (__import__("pathlib").Path(store["results"]) / "e2e" / "summary.csv").read_text().splitlines()
-    assert csv_text[0].startswith("method,task,model,params,seed") and len(csv_text) == 2
+    from bench.report import build_report, load_runs, markdown, write_files
+
+    report = build_report(load_runs(store["results"], "e2e"), "grpo", 0.9, None, "e2e")
+    write_files(report, Path(store["results"]) / "e2e", plots=False)
+    (row,) = report["rows"]
+    assert (row["method"], row["model"], row["seeds"]) == ("grpo", "tiny-500k", [0])
+    assert row["metrics"]["pass_at_1"]["mean"] == pytest.approx(result["final"]["pass_at_1"])
+    assert row["metrics"]["samples_to_target"]["mean"] is not None  # the baseline reaches 90% of its own final
+    assert "| tiny-500k | grpo | 1 |" in markdown(report)
+    csv_text = (Path(store["results"]) / "e2e" / "summary.csv").read_text().splitlines()
+    assert csv_text[0].startswith("model,params,method") and len(csv_text) == 2
+    probe = result["credit_probe"]
+    assert probe is not None and len(probe["credit"]) == len(probe["completion_tokens"]) > 0
 
 
 def test_warmstart_is_deterministic_for_a_seed(tmp_path, store):
