@@ -114,7 +114,7 @@ def cmd_summarize(argv: list[str]) -> int:
     spec = (yaml.safe_load(spec_path.read_text()) or {}) if spec_path.is_file() else {}
     runs = load_runs(a.results_dir, a.sweep)
     report = build_report(runs, str(spec.get("baseline", "grpo")), float(spec.get("target", 0.9)),
-                          spec.get("budget"), a.sweep)
+                          spec.get("budget"), a.sweep, str(spec.get("target_of", "gain")))
     if report["baseline"] not in {r["label"] for r in runs}:
         report["baseline"] = ""
     from bench.report import markdown

@@ -24,6 +24,9 @@ from bench.errors import CreditBenchError
 from bench.metrics import cost_to_target, curve_auc, t_interval
 
 #: per-run values summarised over seeds, besides pass@k and avg@n (their keys come from the runs)
+TARGETS = ("gain", "final")
+"""How the to-target cost's pass@1 is set from the baseline: a share of its gain over its base
+policy, or a share of its final pass@1."""
 RUN_METRICS = ("auc_samples", "auc_tokens", "samples_to_target", "tokens_to_target", "tokens_per_correct",
                "mean_length", "truncated_frac", "base_pass_at_1", "samples", "tokens", "steps", "wall_s")
 
@@ -46,7 +49,7 @@ def _curves(run: dict, eval_task: str) -> tuple[list[float], list[float], list[f
 
 
 def build_report(runs: list[dict[str, Any]], baseline: str = "grpo", target: float = 0.9,
-                 budget: dict[str, int] | None = None, sweep: str = "") -> dict[str, Any]:
+                 budget: dict[str, int] | None = None, sweep: str = "", target_of: str = "gain") -> dict[str, Any]:
     """The report dict (INTERFACES: results/<sweep>/report.json) of a sweep's runs."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in runs:
@@ -64,11 +67,19 @@ def build_report(runs: list[dict[str, Any]], baseline: str = "grpo", target: flo
         for kind in ("samples", "tokens"):
             if budget and kind in budget:
                 h[kind] = float(budget[kind])
-    # the target: `target` x the baseline's final pass@1 (mean over seeds)
+    # the target pass@1 (means over the baseline's seeds): base + target x (final - base) for
+    # target_of="gain" (None when the baseline did not improve), or target x final for "final"
     goal: dict[tuple, float | None] = {}
+    if target_of not in TARGETS:
+        raise CreditBenchError(f"target_of must be one of {', '.join(TARGETS)}, got {target_of!r}")
     for (label, model, task, ev), rs in groups.items():
         if label == baseline:
-            goal[(model, task, ev)] = target * float(np.mean([_final(r, ev)["pass_at_1"] for r in rs]))
+            final = float(np.mean([_final(r, ev)["pass_at_1"] for r in rs]))
+            start = float(np.mean([r["history"][0]["eval"][ev]["pass_at_1"] for r in rs]))
+            if target_of == "final":
+                goal[(model, task, ev)] = target * final
+            else:
+                goal[(model, task, ev)] = start + target * (final - start) if final > start else None
 
     per_run: dict[tuple, dict[int, dict[str, Any]]] = {}
     for key, rs in groups.items():
@@ -107,11 +118,12 @@ def build_report(runs: list[dict[str, Any]], baseline: str = "grpo", target: flo
                 vs[m] = {k: v for k, v in t_interval(diffs).items() if k != "values"} | {"seeds": paired}
         ks = sorted(int(m.split("_")[-1]) for m in names if m.startswith("pass_at_"))
         n = next((int(m.split("_")[-1]) for m in names if m.startswith("avg_at_")), max(ks))
-        rows.append({"method": label, "method_name": rs[0]["method"], "lora_rank": rs[0].get("lora_rank", 0),
+        rows.append({"target_pass_at_1": goal.get((model, task, ev)), "method": label, "method_name": rs[0]["method"], "lora_rank": rs[0].get("lora_rank", 0),
                      "model": model, "params": rs[0]["params"], "task": task, "eval_task": ev, "seeds": seeds,
                      "ks": ks, "n": n, "metrics": metrics, "vs_baseline": vs,
                      "curve": _mean_curve([_curves(r, ev) for r in sorted(rs, key=lambda r: r["seed"])])})
-    return {"sweep": sweep, "baseline": baseline, "target": target, "budget": budget or {}, "runs": len(runs),
+    return {"sweep": sweep, "baseline": baseline, "target": target, "target_of": target_of, "budget": budget or {},
+            "runs": len(runs),
             "compute_s": round(sum(r["wall_s"] for r in runs), 1), "horizons": {
                 f"{m}/{t}/{e}": h for (m, t, e), h in horizon.items()},
             "rows": rows, "credit_maps": _credit_maps(runs)}
@@ -184,8 +196,10 @@ def markdown(report: dict[str, Any]) -> str:
            f"{report['runs']} runs, budget {budget} per run, {report['compute_s'] / 60:.1f} min of run time. "
            f"Each cell: mean over seeds [95% t-interval]; Δ is the paired (same seed) difference to `{base}`. "
            f"AUC: mean pass@1 over the budget (samples) or over the least tokens any run of that model used; "
-           f"to-target: training samples (k) / generated tokens (M) until pass@1 reaches "
-           f"{report['target']:.0%} of `{base}`'s final pass@1.", ""]
+           f"to-target: training samples (k) / generated tokens (M) until pass@1 reaches " + (
+               f"{report['target']:.0%} of `{base}`'s final pass@1" if report.get("target_of") == "final" else
+               f"its base plus {report['target']:.0%} of `{base}`'s gain over the base (`{base}`'s mean base and final "
+               f"pass@1; – where `{base}` did not improve)") + ".", ""]
     for ev in dict.fromkeys(r["eval_task"] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["eval_task"] == ev]
         k = max(rows[0]["ks"])
@@ -195,10 +209,13 @@ def markdown(report: dict[str, Any]) -> str:
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             m, v = r["metrics"], r["vs_baseline"]
+            undefined = r.get("target_pass_at_1", 0) is None
+            to_s = "–" if undefined else _fmt(m["samples_to_target"], 2, 1e3)
+            to_t = "–" if undefined else _fmt(m["tokens_to_target"], 3, 1e6)
             out.append(f"| {r['model']} | {r['method']} | {len(r['seeds'])} | {_fmt(m['pass_at_1'])} "
                        f"| {_signed(v.get('pass_at_1'))} | {_fmt(m.get(f'pass_at_{k}'))} | {_fmt(m['auc_samples'])} "
                        f"| {_signed(v.get('auc_samples'))} | {_fmt(m['auc_tokens'])} "
-                       f"| {_fmt(m['samples_to_target'], 2, 1e3)} | {_fmt(m['tokens_to_target'], 3, 1e6)} "
+                       f"| {to_s} | {to_t} "
                        f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |")
         out.append("")
     return "\n".join(out)
@@ -248,6 +265,7 @@ def _atomic(path: Path, text: str) -> Path:
 def write_report(sweep, results_dir: str = "results", plots: bool = True) -> dict[str, Any]:
     """Build and write the report of a loaded :class:`bench.sweep.Sweep` from its finished runs."""
     runs = load_runs(results_dir, sweep.name, [r.key for r in sweep.runs])
-    report = build_report(runs, sweep.baseline, sweep.target, sweep.budget, sweep.name)
+    target_of = getattr(sweep, "target_of", None) or sweep.spec.get("target_of", "gain")
+    report = build_report(runs, sweep.baseline, sweep.target, sweep.budget, sweep.name, target_of)
     write_files(report, Path(results_dir) / sweep.name, plots)
     return report

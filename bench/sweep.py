@@ -19,7 +19,8 @@ The spec (see results/sweeps/ for examples)::
     eval: {every: 8, n: 4, k: [1, 2, 4], num_problems: 100}
     overrides: {rl.lr: 1.0e-4}           # any run config field, dotted, for every run
     baseline: grpo                       # the label paired differences and the target refer to
-    target: 0.9                          # cost to reach target x the baseline's final pass@1
+    target: 0.9                          # cost to reach the baseline's base + 0.9 x its gain in pass@1
+    target_of: gain                      # or final: 0.9 x the baseline's final pass@1
     threads: 1                           # torch threads per run (default: cores // jobs)
 
 Everything is validated before any run starts. A run is finished when its result JSON
@@ -51,7 +52,7 @@ from bench.config import RunConfig
 from bench.errors import CreditBenchError, did_you_mean
 
 SPEC_KEYS = ("name", "description", "experiment", "base", "tasks", "eval_tasks", "methods", "method_overrides",
-             "models", "seeds", "budget", "eval", "overrides", "baseline", "target", "threads")
+             "models", "seeds", "budget", "eval", "overrides", "baseline", "target", "target_of", "threads")
 METHOD_KEYS = ("name", "label", "options", "overrides")
 BUDGET_KEYS = ("samples", "tokens")
 
@@ -74,6 +75,7 @@ class Sweep:
     experiment: str = "creditbench"
     baseline: str = "grpo"
     target: float = 0.9
+    target_of: str = "gain"
     budget: dict[str, int] = field(default_factory=dict)
     threads: int = 0
 
@@ -120,6 +122,11 @@ def load_spec(path: str | Path, results_dir: str = "results", uri: str | None = 
     target = spec.get("target", 0.9)
     if not isinstance(target, (int, float)) or not 0 < target <= 1:
         raise CreditBenchError(f"{where}: target must be in (0, 1], got {target!r}")
+    target_of = str(spec.get("target_of", "gain"))
+    from bench.report import TARGETS
+
+    if target_of not in TARGETS:
+        raise CreditBenchError(f"{where}: target_of must be one of {', '.join(TARGETS)}, got {target_of!r}")
     labels = [m["label"] for m in methods]
     baseline = str(spec.get("baseline", "grpo"))
     if baseline not in labels:
@@ -160,8 +167,8 @@ def load_spec(path: str | Path, results_dir: str = "results", uri: str | None = 
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:
         raise CreditBenchError(f"{where}: runs {', '.join(dup)} appear twice; give the methods distinct labels")
-    return Sweep(name, path, spec, runs, str(spec.get("experiment", "creditbench")), baseline, float(target), budget,
-                 threads)
+    return Sweep(name, path, spec, runs, str(spec.get("experiment", "creditbench")), baseline, float(target),
+                 target_of, budget, threads)
 
 
 def build_run_config(d: dict[str, Any], where: str) -> RunConfig:

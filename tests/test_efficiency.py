@@ -70,7 +70,7 @@ def test_report_on_hand_made_curves():
     runs = [_run("grpo", 0, x, [0.2, 0.3, 0.4]), _run("grpo", 1, x, [0.2, 0.3, 0.6]),
             _run("fast", 0, x, [0.2, 0.5, 0.5], tokens_per_sample=20.0),
             _run("fast", 1, x, [0.2, 0.6, 0.6], tokens_per_sample=20.0)]
-    report = build_report(runs, baseline="grpo", target=0.9, budget={"samples": 200}, sweep="toy")
+    report = build_report(runs, baseline="grpo", target=0.9, budget={"samples": 200}, sweep="toy", target_of="final")
     rows = {r["method"]: r for r in report["rows"]}
     assert [r["method"] for r in report["rows"]] == ["grpo", "fast"]  # the baseline first
     g, f = rows["grpo"]["metrics"], rows["fast"]["metrics"]
@@ -95,3 +95,21 @@ def test_report_on_hand_made_curves():
     assert rows["fast"]["curve"]["tokens"] == pytest.approx([0, 2000, 4000])
     text = markdown(report)
     assert "| m | fast | 2 | 0.550 [" in text and "not reached (1/2)" in text
+
+
+def test_target_as_a_share_of_the_baseline_gain():
+    x = [0, 100, 200]
+    runs = [_run("grpo", 0, x, [0.2, 0.3, 0.4]), _run("grpo", 1, x, [0.2, 0.3, 0.6]),
+            _run("fast", 0, x, [0.2, 0.5, 0.5]), _run("flat", 0, x, [0.2, 0.2, 0.2])]
+    report = build_report(runs, baseline="grpo", target=0.5, budget={"samples": 200}, sweep="toy")
+    rows = {r["method"]: r for r in report["rows"]}
+    # base 0.2, final 0.5 (means over grpo's seeds): the target is 0.2 + 0.5 * 0.3 = 0.35
+    assert rows["grpo"]["target_pass_at_1"] == pytest.approx(0.35)
+    assert rows["fast"]["metrics"]["samples_to_target"]["values"] == pytest.approx([50.0])  # 0.2 -> 0.5 over 100
+    assert rows["grpo"]["metrics"]["samples_to_target"]["values"] == pytest.approx([150.0, 100 + 100 * 0.05 / 0.3])
+    assert rows["flat"]["metrics"]["samples_to_target"]["values"] == [None]
+    # a baseline that did not improve leaves the target undefined: a dash, not zero
+    worse = [_run("grpo", 0, x, [0.3, 0.2, 0.2]), _run("fast", 0, x, [0.3, 0.5, 0.5])]
+    r2 = build_report(worse, baseline="grpo", target=0.9, budget={"samples": 200})
+    assert all(r["target_pass_at_1"] is None for r in r2["rows"])
+    assert "| m | fast | 1 | 0.500 | +0.300 [+0.300, +0.300] |" in markdown(r2)

@@ -51,6 +51,7 @@ def env(tmp_path_factory):
     ({"eval": {"n": 2, "k": [1, 4]}}, "eval.k must lie in [1, eval.n=2]"),
     ({"baseline": "dapo"}, "baseline 'dapo' is not one of the sweep's method labels"),
     ({"seeds": ["zero"]}, "seeds must be integers"),
+    ({"target_of": "best"}, "target_of must be one of gain, final"),
     ({"methodz": ["grpo"]}, "unknown sweep spec"),
     ({"methods": [{"name": "grpo", "options": {"clip": 0.3}}]}, "has no option 'clip'"),
     ({"overrides": {"rl.lr": -1}}, "rl.lr must be > 0"),
