@@ -176,6 +176,16 @@ def _panels(plt, n: int, width: float = 3.7, height: float = 2.9):
     return fig, flat[:n]
 
 
+def _finish(fig, axes, plt, path: Path, title: str, drawn: bool) -> Path | None:
+    """Title, legend and save a figure of panels; close it unwritten when nothing was drawn."""
+    fig.suptitle(title, parse_math=False)
+    _legend(fig, axes)
+    if not drawn:
+        plt.close(fig)
+        return None
+    return _save(fig, plt, path)
+
+
 def _legend(fig, axes) -> None:
     """One legend for the whole figure, entries in order of first appearance, at the right."""
     handles: dict[str, Any] = {}
@@ -249,26 +259,19 @@ def _plot_curves(report: dict, rows: list[dict], eval_task: str, xkey: str, path
             ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: _human(v)))
             ax.set_xlim(left=0)
         axes[0].set_ylabel(f"eval pass@1 on {eval_task}")
-        fig.suptitle(f"{report.get('sweep', 'sweep')}: eval pass@1 on {eval_task} vs training "
-                     f"{'samples' if xkey == 'samples' else 'tokens'} ({_seeds_note(rows)}, "
-                     f"band: 95% t-interval)", parse_math=False)
-        _legend(fig, axes)
-        if not drawn:
-            plt.close(fig)
-            return None
-        return _save(fig, plt, path)
+        title = (f"{report.get('sweep', 'sweep')}: eval pass@1 on {eval_task} vs training "
+                 f"{'samples' if xkey == 'samples' else 'tokens'} ({_seeds_note(rows)}, band: 95% t-interval)")
+        return _finish(fig, axes, plt, path, title, drawn)
 
 
 def _target_line(ax, report: dict, mrows: list[dict], st: _Style) -> None:
-    """The dotted level target x baseline's final pass@1, when the report has both."""
-    target = _num(report.get("target"))
-    base = [r for r in mrows if str(r.get("method")) == st.baseline]
-    if not base or not _finite(target):
+    """The dotted level of the to-target cost's pass@1 (report.json rows' ``target_pass_at_1``)."""
+    level = next((_num(r.get("target_pass_at_1")) for r in mrows if _finite(_num(r.get("target_pass_at_1")))), math.nan)
+    if not _finite(level):
         return
-    final = _stat(base[0].get("metrics") or {}, "pass_at_1")[0]
-    if _finite(final):
-        ax.axhline(target * final, color="#888888", linestyle=(0, (1, 2)), linewidth=1.0, zorder=1,
-                   label=f"target: {target:g} × {st.baseline} final pass@1")
+    how = "final" if report.get("target_of") == "final" else "gain"
+    ax.axhline(level, color="#888888", linestyle=(0, (1, 2)), linewidth=1.0, zorder=1,
+               label=f"target: {_num(report.get('target')):g} × {st.baseline}'s {how} (pass@1 {level:.3f})")
 
 
 def _plot_pass_at_k(report: dict, rows: list[dict], eval_task: str, path: Path, st: _Style) -> Path | None:
@@ -305,13 +308,9 @@ def _plot_pass_at_k(report: dict, rows: list[dict], eval_task: str, path: Path, 
                 ax.set_xticks(sorted(allks), [str(k) for k in sorted(allks)])
                 ax.xaxis.set_minor_locator(plt.NullLocator())
         axes[0].set_ylabel(f"final pass@k on {eval_task}")
-        fig.suptitle(f"{report.get('sweep', 'sweep')}: final pass@k on {eval_task} ({_seeds_note(rows)}, "
-                     f"bars: 95% t-interval)", parse_math=False)
-        _legend(fig, axes)
-        if not drawn:
-            plt.close(fig)
-            return None
-        return _save(fig, plt, path)
+        title = (f"{report.get('sweep', 'sweep')}: final pass@k on {eval_task} ({_seeds_note(rows)}, "
+                 f"bars: 95% t-interval)")
+        return _finish(fig, axes, plt, path, title, drawn)
 
 
 def _plot_final_vs_size(report: dict, rows: list[dict], eval_task: str, path: Path, st: _Style) -> Path | None:

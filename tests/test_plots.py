@@ -32,7 +32,7 @@ def _row(method: str, model: str, eval_task: str = "arithmetic") -> dict:
     return {
         "method": method, "method_name": method.split("-")[0], "lora_rank": 16 if "lora" in method else 0,
         "model": model, "params": MODELS[model], "task": "arithmetic", "eval_task": eval_task,
-        "seeds": [0, 1], "ks": [1, 2, 4], "n": 4, "metrics": metrics, "vs_baseline": {},
+        "seeds": [0, 1], "ks": [1, 2, 4], "n": 4, "metrics": metrics, "vs_baseline": {}, "target_pass_at_1": 0.35,
         "curve": {"samples": samples, "tokens": [31 * s for s in samples], "pass_at_1": curve,
                   "pass_at_1_lo": [c - 0.02 for c in curve], "pass_at_1_hi": [c + 0.02 for c in curve]},
     }
