@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import re
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,7 @@ def _panels(plt, n: int, width: float = 3.7, height: float = 2.9):
 
 def _finish(fig, axes, plt, path: Path, title: str, drawn: bool) -> Path | None:
     """Title, legend and save a figure of panels; close it unwritten when nothing was drawn."""
-    fig.suptitle(title, parse_math=False)
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)), parse_math=False)  # ~11 title chars/inch
     _legend(fig, axes)
     if not drawn:
         plt.close(fig)
