@@ -109,6 +109,8 @@ def cmd_summarize(argv: list[str]) -> int:
     ap.add_argument("--sweep", required=True)
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
+                    help="MLflow store whose parent run of the sweep gets the report (skipped if it has none)")
     a = ap.parse_args(argv)
     spec_path = Path(a.results_dir) / a.sweep / "sweep.yaml"
     spec = (yaml.safe_load(spec_path.read_text()) or {}) if spec_path.is_file() else {}
@@ -120,8 +122,13 @@ def cmd_summarize(argv: list[str]) -> int:
     from bench.report import markdown
 
     written = write_files(report, Path(a.results_dir) / a.sweep, plots=not a.no_plots)
+    from bench.sweep import log_report
+
+    parent = log_report(a.uri, str(spec.get("experiment", "creditbench")), a.sweep, Path(a.results_dir) / a.sweep)
     print(markdown(report))
     print("\nwritten: " + ", ".join(str(p) for p in written))
+    if parent:
+        print(f"logged to the sweep's parent MLflow run {parent} (artifacts: report/)")
     return 0
 
 

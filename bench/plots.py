@@ -227,6 +227,11 @@ def _dodge(i: int, m: int, step: float = 0.035) -> float:
 # ---------------------------------------------------------------------------- the plots
 
 
+BANDS_UP_TO = 4
+"""Curves get their 95% band (clipped to [0, 1]) when a panel has at most this many methods; with
+more, only the baseline's band is drawn, so the lines stay readable."""
+
+
 def _plot_curves(report: dict, rows: list[dict], eval_task: str, xkey: str, path: Path, st: _Style) -> Path | None:
     """Eval pass@1 against training samples or tokens, one panel per model."""
     _, plt = _mpl()
@@ -248,8 +253,8 @@ def _plot_curves(report: dict, rows: list[dict], eval_task: str, xkey: str, path
                 x, y, lo, hi = (list(v) for v in zip(*pts))
                 kw = st.kw(r)
                 ax.plot(x, y, label=st.name(r), marker="o", markersize=2.5, **kw)
-                band = [(a, b, d) for a, b, d in zip(x, lo, hi) if _finite(b) and _finite(d)]
-                if len(band) > 1:
+                band = [(a, max(b, 0.0), min(d, 1.0)) for a, b, d in zip(x, lo, hi) if _finite(b) and _finite(d)]
+                if len(band) > 1 and (len(mrows) <= BANDS_UP_TO or str(r.get("method")) == st.baseline):
                     bx, blo, bhi = zip(*band)
                     ax.fill_between(bx, blo, bhi, color=kw["color"], alpha=0.12 if kw["zorder"] > 3 else 0.18,
                                     linewidth=0, zorder=kw["zorder"] - 2)
@@ -261,7 +266,8 @@ def _plot_curves(report: dict, rows: list[dict], eval_task: str, xkey: str, path
             ax.set_xlim(left=0)
         axes[0].set_ylabel(f"eval pass@1 on {eval_task}")
         title = (f"{report.get('sweep', 'sweep')}: eval pass@1 on {eval_task} vs training "
-                 f"{'samples' if xkey == 'samples' else 'tokens'} ({_seeds_note(rows)}, band: 95% t-interval)")
+                 f"{'samples' if xkey == 'samples' else 'tokens'} ({_seeds_note(rows)}, band: 95% t-interval"
+                 f"{'' if max(len([r for r in rows if r.get('model') == m]) for m, _ in models) <= BANDS_UP_TO else ' of ' + st.baseline})")
         return _finish(fig, axes, plt, path, title, drawn)
 
 

@@ -344,7 +344,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, results_dir: str = "results", uri: st
     from bench.report import write_report
 
     report = write_report(sweep, results_dir)
-    client.log_artifacts(parent, str(out), artifact_path="report")
+    _log_report_files(client, parent, out)
     client.log_metric(parent, "sweep/wall_s", wall)
     client.log_metric(parent, "sweep/finished_runs", len(sweep.runs) - len(failed))
     client.set_terminated(parent, "FAILED" if failed else "FINISHED")
@@ -354,6 +354,29 @@ def run_sweep(sweep: Sweep, jobs: int = 1, results_dir: str = "results", uri: st
                                f"{', ...' if len(failed) > 5 else ''}); their logs are in {out}/logs; "
                                "run the sweep again to redo them")
     return report
+
+
+def _log_report_files(client, run_id: str, out: Path) -> None:
+    """The report files (not the per-run configs, logs and results) as the run's ``report/`` artifacts."""
+    for path in sorted(out.iterdir()):
+        if path.is_file() and not path.name.startswith("."):
+            client.log_artifact(run_id, str(path), artifact_path="report")
+
+
+def log_report(uri: str, experiment: str, sweep: str, out: Path) -> str | None:
+    """Log a sweep's (rewritten) report to its parent MLflow run; the run's id, or None where the
+    store has no such run or cannot be used."""
+    try:
+        client = _client(uri)
+        exp = client.get_experiment_by_name(experiment)
+        found = exp and client.search_runs([exp.experiment_id], f"tags.kind = 'sweep' and tags.sweep = '{sweep}'",
+                                           order_by=["attributes.start_time DESC"], max_results=1)
+    except CreditBenchError:
+        return None
+    if not found:
+        return None
+    _log_report_files(client, found[0].info.run_id, out)
+    return found[0].info.run_id
 
 
 def _budget_text(budget: dict[str, int]) -> str:

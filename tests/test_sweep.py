@@ -175,5 +175,13 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
     cut = json.loads((Path(env["RESULTS"]) / "cut" / "report.json").read_text())
     assert _comparable(cut) == _comparable(reference)
     assert {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")} >= {
-        "report/report.json", "report/summary.md", "report/summary.csv"}
+        "report/report.json", "report/summary.md", "report/summary.csv", "report/pass1_vs_samples.png"}
+    # the report rewritten from the finished runs is the same, and goes to the parent run again
+    p = subprocess.run([sys.executable, "-m", "bench.cli", "summarize", "--sweep", "cut", "--results-dir", env["RESULTS"],
+                        "--uri", env["URI"], "--no-plots"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert p.returncode == 0 and parents[0].info.run_id in p.stdout, p.stderr[-2000:]
+    again = json.loads((Path(env["RESULTS"]) / "cut" / "report.json").read_text())
+    assert _comparable(again) == _comparable(cut)
+    local = client.download_artifacts(parents[0].info.run_id, "report/summary.md", str(tmp_path))
+    assert Path(local).read_text() == (Path(env["RESULTS"]) / "cut" / "summary.md").read_text()
 
