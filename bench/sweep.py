@@ -137,11 +137,11 @@ def load_spec(path: str | Path, results_dir: str = "results", uri: str | None = 
     runs = []
     for task in tasks:
         for m in methods:
-            for model in models:
+            for model, model_overrides in (_model(m_, where) for m_ in models):
                 for seed in seeds:
                     d = copy.deepcopy(base)
                     d["seed"] = seed
-                    d.setdefault("model", {})["name"] = str(model)
+                    d.setdefault("model", {})["name"] = model
                     d["task"] = copy.deepcopy(task)
                     d["method"] = {"name": m["name"], "options": copy.deepcopy(m["options"])}
                     if spec.get("eval"):
@@ -150,7 +150,7 @@ def load_spec(path: str | Path, results_dir: str = "results", uri: str | None = 
                         d.setdefault("eval", {}).update(copy.deepcopy(spec["eval"]))
                     if eval_tasks:
                         d.setdefault("eval", {})["tasks"] = copy.deepcopy(eval_tasks)
-                    for k, v in {**(spec.get("overrides") or {}), **m["overrides"]}.items():
+                    for k, v in {**(spec.get("overrides") or {}), **model_overrides, **m["overrides"]}.items():
                         _set(d, k, v, where)
                     rl = d.setdefault("rl", {})
                     rl["budget_samples"], rl["budget_tokens"] = budget.get("samples", 0), budget.get("tokens", 0)
@@ -169,6 +169,20 @@ def load_spec(path: str | Path, results_dir: str = "results", uri: str | None = 
         raise CreditBenchError(f"{where}: runs {', '.join(dup)} appear twice; give the methods distinct labels")
     return Sweep(name, path, spec, runs, str(spec.get("experiment", "creditbench")), baseline, float(target),
                  target_of, budget, threads)
+
+
+def _model(entry: Any, where: str) -> tuple[str, dict[str, Any]]:
+    """A ``models`` entry: a name, or {name, overrides} (dotted keys applied to that model's runs,
+    e.g. more GPUs or a smaller micro-batch for the largest model)."""
+    if isinstance(entry, dict):
+        bad = set(entry) - {"name", "overrides"}
+        if "name" not in entry or bad:
+            raise CreditBenchError(f"{where}: a models entry is a name or {{name, overrides}}, got {entry!r}")
+        overrides = entry.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise CreditBenchError(f"{where}: model {entry['name']!r}: overrides must be a mapping, got {overrides!r}")
+        return str(entry["name"]), overrides
+    return str(entry), {}
 
 
 def build_run_config(d: dict[str, Any], where: str) -> RunConfig:

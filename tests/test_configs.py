@@ -1,0 +1,148 @@
+"""Every shipped config builds short of its weights, and the Hub architectures are the real ones.
+
+For each sweep spec and run config the repository ships, every distinct (method, model) run goes
+through bench.plan.plan: the method and tasks resolve, the tasks' data files load, the policy is
+built on the meta device with the Hub model's architecture, LoRA and activation checkpointing
+applied, the LightningModule, data module and Lightning strategy constructed. The paper configs
+must also fit their GPUs (80 GB) before activations.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.errors import CreditBenchError
+from bench.hub_archs import ARCHITECTURES, architecture, meta_model, published_params, random_checkpoint
+from tests.shared_data import DATA, needs_data
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = sorted((REPO / "results").glob("papers/*.sweep.yaml")) + sorted((REPO / "results" / "sweeps").glob("*.yaml"))
+RUN_CONFIGS = sorted((REPO / "results" / "configs").glob("*.yaml"))
+GPU_GB = 80.0
+
+
+@pytest.fixture(autouse=True)
+def _local_data(monkeypatch):
+    monkeypatch.setenv("CREDITBENCH_DATA", str(DATA))
+
+
+@needs_data
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_sweep_builds_short_of_its_weights(path):
+    from bench.plan import plan
+    from bench.sweep import load_spec
+
+    sweep = load_spec(path)
+    seen, loaded = set(), set()
+    for run in sweep.runs:
+        if (run.label, run.cfg.model.name) in seen:  # seeds change nothing plan() builds
+            continue
+        seen.add((run.label, run.cfg.model.name))
+        tasks = repr((run.cfg.task, run.cfg.eval.tasks))  # each distinct task set's data is read once
+        p = plan(run.cfg, GPU_GB, load_data=tasks not in loaded)
+        loaded.add(tasks)
+        assert p.params > 0 and 0 < p.trainable <= p.params
+        if run.cfg.model.lora.rank:
+            assert p.trainable < p.params
+        if path.parent.name == "papers":
+            if run.cfg.model.lora.rank:
+                assert p.trainable < 0.02 * p.params
+            assert p.static_gb < 0.9 * GPU_GB, f"{run.key}: {p.line()}"
+            expected = published_params(run.cfg.model.name)
+            assert expected is not None, f"{run.cfg.model.name} has no architecture in bench.hub_archs"
+            assert p.params == pytest.approx(expected * 1e9, rel=0.015)
+
+
+@needs_data
+@pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_run_config_builds(path):
+    import yaml
+
+    from bench.plan import plan
+    from bench.sweep import build_run_config
+
+    cfg = build_run_config(yaml.safe_load(path.read_text()), str(path))
+    assert plan(cfg).params > 0
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_hub_architectures_match_their_model_cards(name):
+    """The written-down config.json fields reproduce each model card's parameter count."""
+    model = meta_model(name)
+    n = sum(p.numel() for p in model.parameters())
+    assert n == pytest.approx(published_params(name) * 1e9, rel=0.015)  # cards round (Qwen3-1.7B has 1.72B)
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert model.config.tie_word_embeddings == ARCHITECTURES[name][0]["tie_word_embeddings"]
+
+
+def test_paper_sweep_model_overrides_reach_their_runs_only():
+    from bench.sweep import load_spec
+
+    sweep = load_spec(REPO / "results" / "papers" / "selective_traces.sweep.yaml")
+    by_model = {r.cfg.model.name: r.cfg for r in sweep.runs}
+    assert by_model["Qwen/Qwen3-8B"].trainer.strategy == "fsdp" and by_model["Qwen/Qwen3-8B"].trainer.devices == 8
+    assert by_model["Qwen/Qwen3-8B"].rollout.engine == "hf"
+    assert by_model["Qwen/Qwen3-1.7B"].trainer.strategy == "auto" and by_model["Qwen/Qwen3-1.7B"].rollout.engine == "vllm"
+    assert all(c.model.gradient_checkpointing for c in by_model.values())
+
+
+def test_fsdp_strategy_wraps_decoder_layers_with_checkpointing():
+    from lightning.pytorch.strategies import FSDPStrategy
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+    from bench.config import RunConfig
+    from bench.train import make_strategy
+
+    cfg = RunConfig()
+    cfg.model.name, cfg.model.gradient_checkpointing = "Qwen/Qwen3-8B", True
+    cfg.trainer.strategy, cfg.trainer.devices = "fsdp", 8
+    s = make_strategy(cfg)
+    assert isinstance(s, FSDPStrategy)
+    assert s.sharding_strategy.name == "FULL_SHARD"
+    assert Qwen3DecoderLayer in s.kwargs["auto_wrap_policy"]._module_classes
+    assert Qwen3DecoderLayer in s._activation_checkpointing_kwargs["auto_wrap_policy"]._module_classes
+    cfg.model.gradient_checkpointing = False
+    assert not make_strategy(cfg)._activation_checkpointing_kwargs
+
+
+def test_unknown_architecture_names_the_known_ones():
+    with pytest.raises(CreditBenchError, match="no architecture known for 'nobody/none'.*Qwen/Qwen3-1.7B"):
+        architecture("nobody/none")
+
+
+def test_random_checkpoint_loads_through_from_pretrained_and_generates(tmp_path):
+    """A cut-down copy of the Qwen3-1.7B architecture (full vocabulary, 1 layer) saved at random init
+    loads with the ordinary loading path and samples decodable text: what a GPU throughput run uses."""
+    from bench.policy import load_policy
+    from bench.rollout import HFRolloutEngine, SamplingConfig
+
+    random_checkpoint("Qwen/Qwen3-1.7B", tmp_path, dtype="float32", num_hidden_layers=1, hidden_size=64,
+                      intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    model, tok = load_policy(tmp_path)
+    assert model.config.vocab_size == 151936 == len(tok)
+    gen = HFRolloutEngine(model, tok).generate(["1+1="], 2, SamplingConfig(max_new_tokens=8))
+    assert gen.completion_ids.shape == (2, 8) and len(gen.texts) == 2
+    assert int(gen.completion_ids.max()) < 151936
+
+
+def test_bench_scale_runs_real_steps_on_a_cut_down_architecture(tmp_path):
+    """The GPU throughput script's whole path (random checkpoint, one process per engine, real
+    `creditbench train` steps, MLflow read-back, the table) on CPU with a cut-down Qwen3-1.7B."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "scale.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_scale", "--engines", "hf", "--steps", "2", "--prompts", "2",
+         "--group-size", "2", "--new-tokens", "8", "--minibatches", "1", "--device", "cpu", "--out", str(out),
+         "--shrink", "num_hidden_layers=1", "hidden_size=64", "intermediate_size=128", "num_attention_heads=2",
+         "num_key_value_heads=1", "head_dim=32", "vocab_size=512"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [r["engine"] for r in rows] == ["hf"]
+    assert 0 < rows[0]["gen_tokens_per_step"] <= 2 * 2 * 8
+    assert rows[0]["rollout_tok_s"] > 0 and rows[0]["update_tok_s"] > 0
+    assert "| hf |" in out.read_text()
