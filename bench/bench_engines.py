@@ -60,7 +60,8 @@ def parse_setting(s: str) -> tuple[int, int, int]:
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     import vllm
@@ -131,25 +132,28 @@ def main() -> None:
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Rollout throughput: HF generate against vLLM ({host})", "",
-             f"`python -m bench.bench_engines`. PxGxT = prompts x completions per prompt x new tokens, every completion "
-             f"exactly T tokens in both engines (eos held back), temperature 1, fp32, random tiny Qwen3 policies, "
-             f"arithmetic prompts. Median of {a.reps} alternating repetitions after a warm-up; each call is the engine's "
-             f"`generate` (tokenise, sample, build masks, decode). vLLM runs in-process, eager, "
-             f"with the sampled-token log-probs the trainer's mismatch check reads (the last column: without them). "
-             f"Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after.", "",
-             "| size | params | PxGxT | " + " | ".join(f"{LABELS[e]} tok/s" for e in ENGINES)
-             + " | HF completions/s | vLLM completions/s | vLLM / HF |",
-             "|---|---:|---|" + "---:|" * (len(ENGINES) + 3)]
+    lines = [
+        f"# Rollout throughput: HF generate against vLLM ({host})", "",
+        ("`python -m bench.bench_engines`. PxGxT = prompts x completions per prompt x new tokens; every completion "
+        "is exactly T tokens in both engines (eos held back), temperature 1, fp32, random tiny Qwen3 policies, "
+        f"arithmetic prompts. Median of {a.reps} alternating repetitions after a warm-up (best: the fastest "
+        "repetition, less sensitive to other load on the machine); each call is the engine's `generate` "
+        "(tokenise, sample, build masks, decode). vLLM runs in-process and eager; \"vLLM\" returns the "
+        "sampled-token log-probs the trainer's mismatch check reads, \"no log-probs\" does not. "
+        f"Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after."), "",
+        "| size | params | PxGxT | " + " | ".join(f"{LABELS[e]} tok/s" for e in ENGINES)
+        + " | HF completions/s | vLLM completions/s | vLLM / HF | vLLM / HF, best |",
+        "|---|---:|---|" + "---:|" * (len(ENGINES) + 4),
+    ]
     by = {(r["size"], r["setting"], r["engine"]): r for r in results}
     for size in a.sizes:
         for p, g, t in settings:
             key = f"{p}x{g}x{t}"
-            row = [by[(size, key, e)] for e in ENGINES]
-            lines.append(f"| {size} | {row[0]['params']:,} | {key} | "
-                         + " | ".join(f"{r['tokens_per_s']:,.0f}" for r in row)
-                         + f" | {row[0]['completions_per_s']:,.1f} | {row[1]['completions_per_s']:,.1f} "
-                         f"| {row[1]['tokens_per_s'] / row[0]['tokens_per_s']:.2f} |")
+            hf, vl, nolp = (by[(size, key, e)] for e in ENGINES)
+            lines.append(f"| {size} | {hf['params']:,} | {key} | "
+                         + " | ".join(f"{r['tokens_per_s']:,.0f}" for r in (hf, vl, nolp))
+                         + f" | {hf['completions_per_s']:,.1f} | {vl['completions_per_s']:,.1f} "
+                         f"| {hf['median_s'] / vl['median_s']:.2f} | {min(hf['times_s']) / min(vl['times_s']):.2f} |")
     (out / "engines.md").write_text("\n".join(lines) + "\n")
     (out / "engines.json").write_text(json.dumps({"machine": host, "load_average": [load_before, load_after],
                                                   "results": results}, indent=2))

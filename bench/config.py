@@ -187,7 +187,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.3
     """vLLM: share of GPU memory for its weights and KV cache (the trainer shares the GPU)."""
     kv_cache_gb: float = 1.0
-    """vLLM on CPU: KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
+    """vLLM on CPU: KV-cache size in GiB (vLLM's kv_cache_memory_bytes)."""
     max_model_len: int = 0
     """vLLM: longest prompt + completion (0: the model's maximum position embeddings)."""
     sleep: bool = True

@@ -47,6 +47,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterator
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -58,32 +59,33 @@ from bench.rollout import Generation, SamplingConfig, completion_mask
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM accepts for max_lora_rank
 
 
-def merged_state_dict(policy) -> dict[str, Tensor]:
-    """The base model's state dict with every LoRA adapter merged in (W + scaling * B @ A), under
-    the base model's names (``base_model.model.`` and ``.base_layer`` stripped, lora_* dropped).
-    A plain model's own state dict. The training model is not modified."""
-    if not hasattr(policy, "disable_adapter"):
-        return dict(policy.state_dict())
-    from peft.tuners.lora import LoraLayer
-
-    def base_name(name: str) -> str:
-        return name.removeprefix("base_model.model.").replace(".base_layer", "")
-
-    weights = {base_name(k): v for k, v in policy.state_dict().items() if "lora_" not in k}
-    with torch.no_grad():
-        for name, module in policy.named_modules():
-            if isinstance(module, LoraLayer) and not module.merged:
-                key = base_name(f"{name}.weight")
-                for adapter in module.active_adapters:
-                    if adapter in module.lora_A:
-                        weights[key] = weights[key] + module.get_delta_weight(adapter).to(weights[key].dtype)
-    return weights
+def _base_name(name: str) -> str:
+    """A peft parameter name as the base model calls it."""
+    return name.removeprefix("base_model.model.").replace(".base_layer", "")
 
 
 def base_state_dict(policy) -> dict[str, Tensor]:
     """A LoRA policy's base weights (adapters dropped) under the base model's names."""
-    return {k.removeprefix("base_model.model.").replace(".base_layer", ""): v
-            for k, v in policy.state_dict().items() if "lora_" not in k}
+    return {_base_name(k): v for k, v in policy.state_dict().items() if "lora_" not in k}
+
+
+def merged_state_dict(policy) -> dict[str, Tensor]:
+    """The base model's state dict with every LoRA adapter merged in (W + scaling * B @ A), under
+    the base model's names (``base_model.model.`` and ``.base_layer`` stripped, lora_* dropped);
+    a plain model's own state dict. The training model is not modified."""
+    if not hasattr(policy, "disable_adapter"):
+        return dict(policy.state_dict())
+    from peft.tuners.lora import LoraLayer
+
+    weights = base_state_dict(policy)
+    with torch.no_grad():
+        for name, module in policy.named_modules():
+            if isinstance(module, LoraLayer) and not module.merged:
+                key = _base_name(f"{name}.weight")
+                for adapter in module.active_adapters:
+                    if adapter in module.lora_A:
+                        weights[key] = weights[key] + module.get_delta_weight(adapter).to(weights[key].dtype)
+    return weights
 
 
 class VLLMRolloutEngine:
@@ -92,7 +94,7 @@ class VLLMRolloutEngine:
     ``generate`` / ``generate_ids`` follow :class:`bench.rollout.HFRolloutEngine`; ``sleep`` frees
     the GPU for the update and ``sync(policy)`` pushes the updated weights (and wakes it up)."""
 
-    _open: weakref.WeakSet = weakref.WeakSet()  # engines not closed yet (at most one)
+    _open: ClassVar[weakref.WeakSet] = weakref.WeakSet()  # engines not closed yet (at most one)
 
     def __init__(self, policy, tokenizer, cfg, seed: int = 0):
         if self._open:
@@ -109,10 +111,6 @@ class VLLMRolloutEngine:
         self.on_cpu = current_platform.device_type == "cpu"
         self.lora = hasattr(policy, "disable_adapter")
         self.adapter = self.lora and cfg.lora_sync == "adapter"
-        if torch.distributed.is_available() and torch.distributed.is_initialized() \
-                and torch.distributed.get_world_size() > 1:
-            raise CreditBenchError("rollout.engine vllm runs in one training process; "
-                                   "with several processes use rollout.engine hf")
         self.sleeps = cfg.sleep and not self.on_cpu
         self._asleep: set[str] = set()  # the sleeping memory kinds (vLLM's wake_up tags)
         self._lora_request = None
@@ -125,11 +123,11 @@ class VLLMRolloutEngine:
         model.save_pretrained(self._dir, state_dict=weights)
         tokenizer.save_pretrained(self._dir)
         dtype = str(next(policy.parameters()).dtype).removeprefix("torch.")
-        kwargs = dict(
-            model=self._dir, dtype=dtype, seed=seed, enforce_eager=cfg.enforce_eager,
-            max_model_len=cfg.max_model_len or model.config.max_position_embeddings,
-            logprobs_mode="processed_logprobs", generation_config="vllm", enable_prefix_caching=True,
-        )
+        kwargs = {
+            "model": self._dir, "dtype": dtype, "seed": seed, "enforce_eager": cfg.enforce_eager,
+            "max_model_len": cfg.max_model_len or model.config.max_position_embeddings,
+            "logprobs_mode": "processed_logprobs", "generation_config": "vllm", "enable_prefix_caching": True,
+        }
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * 2**30)
         else:
@@ -242,8 +240,8 @@ class VLLMRolloutEngine:
                 shutil.rmtree(old.lora_path, ignore_errors=True)
         else:
             self._load(iter(merged_state_dict(policy).items()))
-        self.llm.reset_prefix_cache()
         self._wake()
+        self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
 
     def close(self) -> None:
         """Shut vLLM down (its memory and process-wide distributed state) and remove the saved model."""

