@@ -215,8 +215,10 @@ class TrainerConfig:
     """Processes per node (GPUs, or CPU processes with gloo)."""
     num_nodes: int = 1
     strategy: Literal["auto", "ddp", "fsdp"] = "auto"
-    """Lightning strategy: ddp replicates the policy, fsdp shards it (GPU). Each process rolls out
-    rl.prompts_per_step / (devices x num_nodes) prompts; losses are normalised by the global batch."""
+    """Lightning strategy: ddp replicates the policy (gloo on CPU, NCCL on GPU); each process rolls
+    out rl.prompts_per_step / (devices x num_nodes) prompts and losses are normalised by the global
+    batch. fsdp (sharded, GPU) configs validate and plan, but a run refuses it for now: the update's
+    backward inside training_step is not supported by Lightning's FSDPStrategy."""
     fsdp_sharding: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD"
     """FSDP sharding strategy."""
 

@@ -2,7 +2,7 @@
 
 One training step (manual optimization):
 
-    rows -> rollout (HF generate, G per prompt) -> verify (task) [-> refill dropped groups with fresh
+    rows -> rollout (the engine: HF generate or vLLM, G per prompt) -> verify (task) [-> refill dropped groups with fresh
     prompts (method.keep_groups)] [-> method.augment] -> score (only what the method needs) ->
     credit (method) -> PPO epochs x minibatches of: loss (method) + beta*KL, aggregate, backward,
     clip, step -> log (including the credit/* diagnostics of bench.diagnostics)

