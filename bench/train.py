@@ -116,7 +116,13 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     import torch
 
     from bench.module import REFERENCE_NEEDS, PromptDataModule, RLVRModule
-    from bench.policy import TINY_SIZES, add_lora, enable_gradient_checkpointing, load_policy, num_parameters
+    from bench.policy import (
+        TINY_SIZES,
+        add_lora,
+        enable_gradient_checkpointing,
+        load_policy,
+        num_parameters,
+    )
     from bench.rollout import make_engine
     from bench.tracking import flatten, git_commit, log_config, make_logger
     from bench.warmstart import base_checkpoint

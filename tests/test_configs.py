@@ -10,10 +10,15 @@ must also fit their GPUs (80 GB) before activations.
 from pathlib import Path
 
 import pytest
-import torch
 
 from bench.errors import CreditBenchError
-from bench.hub_archs import ARCHITECTURES, architecture, meta_model, published_params, random_checkpoint
+from bench.hub_archs import (
+    ARCHITECTURES,
+    architecture,
+    meta_model,
+    published_params,
+    random_checkpoint,
+)
 from tests.shared_data import DATA, needs_data
 
 REPO = Path(__file__).resolve().parents[1]

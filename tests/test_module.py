@@ -12,6 +12,7 @@ from bench.module import RLVRModule
 from bench.policy import load_policy
 from bench.rollout import SamplingConfig
 from methods.grpo import GRPO, GRPOConfig
+from tests.fitting import fit_rows
 
 
 class EveryTokenUp(GRPO):
@@ -61,18 +62,6 @@ def test_method_needing_what_the_engine_cannot_compute_is_refused(policy_dir):
         RLVRModule(model, tok, NeedsResidual(), TASKS.get("arithmetic")(), "arithmetic", RLConfig(), EvalConfig())
 
 
-def _fit(module, task, rl, steps):
-    import lightning as L
-
-    from bench.bench_step import MemoryLogger
-    from bench.module import PromptDataModule
-
-    logger = MemoryLogger()
-    trainer = L.Trainer(accelerator="cpu", max_steps=steps * rl.ppo_epochs * rl.minibatches, logger=logger,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0)
-    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(num_problems=4), 0))
-    return [r for r in logger.rows if "loss/total" in r]
 
 
 def _task():
@@ -102,7 +91,7 @@ def test_lora_arca_trains_only_the_adapter_and_reads_the_residual(policy_dir, mi
     rl = RLConfig(steps=3, prompts_per_step=2, group_size=4, minibatches=minibatches, lr=5e-3,
                   sampling=SamplingConfig(max_new_tokens=10))
     module = RLVRModule(policy, tok, method, _task(), "arithmetic", rl, EvalConfig(num_problems=4))
-    rows = _fit(module, _task(), rl, 3)
+    rows = fit_rows(module, _task(), rl, 3)
     assert float(method.seen[0].abs().max()) == 0.0 and float(method.seen[-1].min()) > 0
     assert rows[0]["credit/gini"] == pytest.approx(0.0, abs=1e-6) and rows[-1]["credit/gini"] > 0
     assert rows[-1]["loss/kl"] > 0  # the adapter-off reference differs from the adapted policy
@@ -128,7 +117,7 @@ def test_dynamic_sampling_refills_the_batch_with_fresh_prompts(policy_dir):
     rl = RLConfig(steps=2, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
     module = RLVRModule(model, tok, KeepEven(GRPOConfig(kl_coef=0.0)), _task(), "arithmetic", rl,
                         EvalConfig(num_problems=4))
-    rows = _fit(module, _task(), rl, 2)
+    rows = fit_rows(module, _task(), rl, 2)
     assert [r["train/batch_size"] for r in rows] == [16, 16]
     assert [r["train/generation_rounds"] for r in rows] == [2, 2]
     assert module.samples == 2 * 32 and rows[-1]["train/samples"] == 64
@@ -185,7 +174,7 @@ def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
     task = FirstCharIsDigit()
     module = RLVRModule(model, tok, Recording(IBPOConfig(repair=True, kl_coef=0.0)), task, "arithmetic", rl,
                         EvalConfig(num_problems=4))
-    rows = _fit(module, task.inner, rl, 3)
+    rows = fit_rows(module, task.inner, rl, 3)
     repaired = [int(b.extra["repair"].sum()) for b in seen]
     assert sum(repaired) > 0, "some step had an incorrect row with a correct sibling"
     for b, n in zip(seen, repaired):

@@ -18,6 +18,7 @@ from bench.policy import add_lora, build_tiny, score
 from bench.rollout import HFRolloutEngine, SamplingConfig, rollout_mismatch
 from bench.vllm_engine import VLLMRolloutEngine, merged_state_dict
 from methods.grpo import GRPO, GRPOConfig
+from tests.fitting import fit_rows
 
 PROMPTS = ["12+3=", "7*8=", "What is 5-2?", "99+1=", "a", "bb", "(4+4)*2=", "0"]
 GREEDY = SamplingConfig(temperature=0, max_new_tokens=24)
@@ -253,18 +254,6 @@ def _task():
     return TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(train_size=500))
 
 
-def _fit(module, task, rl, steps):
-    import lightning as L
-
-    from bench.bench_step import MemoryLogger
-    from bench.module import PromptDataModule
-
-    logger = MemoryLogger()
-    trainer = L.Trainer(accelerator="cpu", max_steps=steps * rl.ppo_epochs * rl.minibatches, logger=logger,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0)
-    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(num_problems=4), 0))
-    return [r for r in logger.rows if "loss/total" in r]
 
 
 @pytest.mark.parametrize("ppo_epochs", [1, 2])
@@ -281,7 +270,7 @@ def test_rl_steps_through_vllm_log_the_mismatch_and_sync_the_weights(engine, ppo
                   sampling=SamplingConfig(max_new_tokens=12))
     module = RLVRModule(model, engine.tokenizer, EveryTokenUp(GRPOConfig(kl_coef=0.0)), _task(), "arithmetic", rl,
                         EvalConfig(num_problems=4), engine=engine)
-    rows = _fit(module, _task(), rl, 3)
+    rows = fit_rows(module, _task(), rl, 3)
     assert len(rows) == 3
     for r in rows:
         assert math.isfinite(r["rollout/logprob_abs_diff_mean"]) and r["rollout/logprob_abs_diff_mean"] < 1e-4
