@@ -93,6 +93,9 @@ class RLConfig:
     ceiling). Budgets match methods that use different numbers of samples per step."""
     budget_tokens: int = 0
     """Stop once this many completion tokens were generated for training (0: no limit)."""
+    max_skipped_updates: int = 5
+    """Updates skipped because the loss or the gradients were NaN or inf (the weights and the
+    optimizer state are left as they were) before the run stops with an error."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, f"rl.steps must be >= 1, got {self.steps}")
@@ -109,6 +112,7 @@ class RLConfig:
         check(self.warmup_steps >= 0, f"rl.warmup_steps must be >= 0, got {self.warmup_steps}")
         check(self.budget_samples >= 0, f"rl.budget_samples must be >= 0, got {self.budget_samples}")
         check(self.budget_tokens >= 0, f"rl.budget_tokens must be >= 0, got {self.budget_tokens}")
+        check(self.max_skipped_updates >= 0, f"rl.max_skipped_updates must be >= 0, got {self.max_skipped_updates}")
 
 
 @dataclass
@@ -174,6 +178,29 @@ class TrackingConfig:
     results_dir: str = "results"
     cache_dir: str = field(default_factory=lambda: os.environ.get("CREDITBENCH_CACHE", ".creditbench/cache"))
     """Where base (warm-start) checkpoints are cached."""
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoints of a run in progress, for resuming it after a crash. A run writes one into
+    ``<dir>/<run name>-<config hash>/`` every ``every`` RL steps (weights that train, optimizer,
+    scheduler, RNG states, data position, counters, eval history), atomically. Run the same command
+    again and it resumes from the last one into the same MLflow run. A finished run deletes its
+    checkpoint (unless ``keep``). Metrics reach MLflow when the checkpoint of their step is written,
+    so a resumed run never logs a step twice."""
+
+    every: int = 10
+    """Write a checkpoint every this many RL steps (0: never, and metrics are logged at once)."""
+    dir: str = field(default_factory=lambda: os.environ.get("CREDITBENCH_CHECKPOINTS", ".creditbench/checkpoints"))
+    """Where run checkpoints are kept (also $CREDITBENCH_CHECKPOINTS)."""
+    resume: bool = True
+    """Resume from this run's checkpoint when one exists (False: start over, discarding it)."""
+    keep: bool = False
+    """Keep the last checkpoint after the run finishes."""
+
+    def __post_init__(self) -> None:
+        check(self.every >= 0, f"checkpoint.every must be >= 0 (0 disables checkpoints), got {self.every}")
+        check(bool(self.dir), "checkpoint.dir must not be empty")
 
 
 @dataclass
@@ -244,6 +271,7 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     precision: Literal["32-true", "bf16-mixed", "bf16-true"] = "32-true"
     """Lightning precision: bf16-mixed autocasts to bfloat16 with fp32 weights and optimizer state
     (also on CPUs with bf16 support); bf16-true keeps the weights in bfloat16 too (least memory)."""

@@ -17,6 +17,7 @@ separate scoring forward is spent; the ratio is then exactly 1, as in on-policy 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from typing import Any
@@ -25,7 +26,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
 from bench.config import EvalConfig, RLConfig
 from bench.core import NEEDS, Method, RolloutBatch
@@ -45,20 +46,31 @@ def _rows(batch: list[dict]) -> list[dict]:
     return batch
 
 
-class _Share:
-    """This process's contiguous share of every batch of ``batches``: with W processes, the
-    ``rank``-th of W equal slices (whole prompts, hence whole groups); the whole batch in one."""
+class PromptBatches:
+    """The train prompts' batch order: a stream of seeded random permutations of the rows (one per
+    pass, drawn from the run's seed and the pass number), ``prompts_per_step`` at a time, the last
+    incomplete batch of a pass dropped. Batch ``i`` of the stream depends only on the seed and ``i``,
+    so a resumed run (``start``: the batches already consumed) continues the same order however
+    Lightning counts its epochs. With W processes each takes the ``rank``-th of W contiguous slices
+    of every batch (whole prompts, hence whole groups)."""
 
-    def __init__(self, batches: BatchSampler, rank: int, world: int):
-        self.batches, self.rank, self.world = batches, rank, world
+    def __init__(self, num_rows: int, batch_size: int, seed: int, rank: int = 0, world: int = 1, start: int = 0):
+        self.num_rows, self.batch_size, self.seed, self.rank, self.world = num_rows, batch_size, seed, rank, world
+        self.per_pass = num_rows // batch_size
+        self.start = start  # the next batch of the stream to yield
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return self.per_pass
 
     def __iter__(self):
-        for b in self.batches:
-            k = len(b) // self.world
-            yield b[self.rank * k : (self.rank + 1) * k]
+        n_pass, skip = divmod(self.start, self.per_pass)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + n_pass)
+        order = torch.randperm(self.num_rows, generator=g).tolist()
+        k = self.batch_size // self.world
+        for b in range(skip, self.per_pass):
+            self.start += 1
+            batch = order[b * self.batch_size : (b + 1) * self.batch_size]
+            yield batch[self.rank * k : (self.rank + 1) * k]
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -76,6 +88,8 @@ class PromptDataModule(L.LightningDataModule):
         self.task, self.prompts_per_step, self.eval_cfg, self.seed = task, prompts_per_step, eval_cfg, seed
         self.eval_tasks = eval_tasks
         self.train_rows = self.eval_rows = None
+        self.batches_consumed = 0  # train batches already trained on (set when resuming)
+        self.refill_drawn = 0  # prompts drawn from the refill stream, by every process together
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_rows is None:
@@ -92,10 +106,22 @@ class PromptDataModule(L.LightningDataModule):
         if self.prompts_per_step % world:
             raise CreditBenchError(f"rl.prompts_per_step ({self.prompts_per_step}) must be divisible by the number "
                                    f"of processes ({world}): each process rolls out whole groups")
-        g = torch.Generator().manual_seed(self.seed)
-        # what DataLoader(shuffle=True, generator=g, drop_last=True) draws, cut into the processes' shares
-        batches = BatchSampler(RandomSampler(self.train_rows, generator=g), self.prompts_per_step, drop_last=True)
-        return DataLoader(self.train_rows, batch_sampler=_Share(batches, rank(), world), generator=g, collate_fn=_rows)
+        if len(self.train_rows) < self.prompts_per_step:
+            raise CreditBenchError(f"task {self.task.__class__.__name__} has {len(self.train_rows)} train problems, fewer "
+                                   f"than rl.prompts_per_step ({self.prompts_per_step})")
+        batches = PromptBatches(len(self.train_rows), self.prompts_per_step, self.seed, rank(), world,
+                                start=self.batches_consumed)
+        # its own generator: creating an iterator draws a seed from it, never from the global RNG
+        return DataLoader(self.train_rows, batch_sampler=batches, collate_fn=_rows,
+                          generator=torch.Generator().manual_seed(self.seed))
+
+    def state_dict(self) -> dict[str, int]:
+        """The data position, for a checkpoint: one train batch per completed RL step."""
+        return {"batches_consumed": self.trainer.lightning_module.rl_step, "refill_drawn": self.refill_drawn}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batches_consumed, self.refill_drawn = state["batches_consumed"], state["refill_drawn"]
+        self.__dict__.pop("_refill", None)
 
     def refill(self, n: int) -> list[dict]:
         """``n`` more train prompts for a step whose groups were dropped (dynamic sampling), from a
@@ -103,22 +129,27 @@ class PromptDataModule(L.LightningDataModule):
         processes each call takes the stream's next n x W prompts and returns this process's
         share, so no two processes get the same fresh prompt however many calls each makes."""
         if not hasattr(self, "_refill"):
-            def stream():
+            def stream(skip: int):
                 g = torch.Generator().manual_seed(self.seed + 1_000_003)
                 while True:
                     for i in torch.randperm(len(self.train_rows), generator=g).tolist():
+                        if skip:
+                            skip -= 1
+                            continue
                         yield self.train_rows[i]
 
-            self._refill = stream()
+            self._refill = stream(self.refill_drawn)
         world, r = world_size(), rank()
         chunk = [next(self._refill) for _ in range(n * world)]
+        self.refill_drawn += n * world
         return chunk[r * n : (r + 1) * n]
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         world, r = world_size(), rank()
         shares = [rows if world == 1 else rows.select(range(r * len(rows) // world, (r + 1) * len(rows) // world))
                   for rows in self.eval_sets]
-        loaders = [DataLoader(rows, batch_size=self.eval_cfg.batch_problems, collate_fn=_rows) for rows in shares]
+        loaders = [DataLoader(rows, batch_size=self.eval_cfg.batch_problems, collate_fn=_rows,
+                              generator=torch.Generator().manual_seed(self.seed)) for rows in shares]
         return loaders[0] if len(loaders) == 1 else loaders
 
 
@@ -153,6 +184,15 @@ class RLVRModule(L.LightningModule):
         self._eval_extra: dict[str, dict[str, list]] = {}
         self._probe: tuple[RolloutBatch, int] | None = None
         self._seed: int | None = None  # the run's seed, read at the first setup (see setup)
+        self.skipped_updates = 0  # updates skipped for a non-finite loss or gradient
+        self.sink = None  # a bench.checkpoint.MetricSink when the run checkpoints; else metrics go to the logger
+        self.resumed_from: int | None = None  # the RL step of the checkpoint this run resumed from
+        self.last_checkpoint_step: int | None = None  # the RL step of the last checkpoint written or loaded
+        self.wall_before = 0.0  # seconds spent by earlier processes of a resumed run
+        self.t_start = time.perf_counter()  # when this process's part of the run started
+        # a checkpoint holds only the weights that train: the frozen base (and reference) come from
+        # the base checkpoint, so they are missing from it on purpose
+        self.strict_loading = False
 
     def setup(self, stage: str) -> None:
         """With several processes, give each its own sampling stream, the run's seed plus its rank:
@@ -161,6 +201,10 @@ class RLVRModule(L.LightningModule):
             if self._seed is None:
                 self._seed = torch.initial_seed()
             torch.manual_seed(self._seed + rank())
+
+    def on_train_start(self) -> None:
+        if self.resumed_from is not None and hasattr(self.engine, "sync"):  # a separate engine: the restored weights
+            self.engine.sync(self.policy)
 
     @property
     def prompts_here(self) -> int:
@@ -364,19 +408,44 @@ class RLVRModule(L.LightningModule):
                 opt.zero_grad(set_to_none=True)
                 self.manual_backward(loss * world)  # DDP divides the sum of the processes' gradients by W
                 gn = torch.nn.utils.clip_grad_norm_(opt.param_groups[0]["params"], rl.grad_clip or float("inf"))
-                opt.step()
-                sched.step()
-                acc.setdefault("loss/total", []).append(float(loss.detach()) * world)  # its process mean: the loss
-                acc.setdefault("train/grad_norm", []).append(float(gn))
+                # every process must agree: after DDP's all-reduce the norm is the same everywhere, the loss is not
+                finite = bool(all_sum(torch.stack([(~loss.detach().isfinite()).float(), (~gn.isfinite()).float()])
+                                      .sum().reshape(1))[0] == 0)
+                if finite:
+                    opt.step()
+                else:
+                    self._skip_update(float(loss.detach()), float(gn))
+                sched.step()  # the schedule follows the steps taken or skipped
+                if finite:
+                    acc.setdefault("loss/total", []).append(float(loss.detach()) * world)  # its process mean: the loss
+                    acc.setdefault("train/grad_norm", []).append(float(gn))
                 for k, v in out.stats.items():
                     acc.setdefault(f"train/{k}", []).append(float(masked_mean(v.detach(), mb.completion_mask)))
         stats = {k: float(np.mean(v)) for k, v in acc.items()}
+        stats["train/skipped_updates"] = float(self.skipped_updates)
         mask = batch.completion_mask
         stats["train/entropy"] = float(masked_mean(batch.entropy, mask))
         stats["credit/abs_mean"] = float(masked_mean(credit.abs(), mask))
         stats.update(diagnostics)
         stats["train/lr"] = float(sched.get_last_lr()[0])
         return stats
+
+    def _skip_update(self, loss: float, grad_norm: float) -> None:
+        """A non-finite loss or gradient: drop the gradients, leave the weights and AdamW's state as
+        they are, count it, and stop the run once ``rl.max_skipped_updates`` is exceeded."""
+        import warnings
+
+        self.optimizers().zero_grad(set_to_none=True)
+        self.skipped_updates += 1
+        what = f"loss {loss:g}, gradient norm {grad_norm:g}"
+        if self.skipped_updates > self.rl.max_skipped_updates:
+            raise CreditBenchError(
+                f"{self.skipped_updates} updates skipped for a non-finite loss or gradient (the last at RL step "
+                f"{self.rl_step + 1}: {what}), more than rl.max_skipped_updates={self.rl.max_skipped_updates}; "
+                f"the weights were never updated with them -- lower rl.lr or check the method's options")
+        warnings.warn(f"RL step {self.rl_step + 1}: non-finite {what}; update skipped, weights unchanged "
+                      f"({self.skipped_updates} skipped so far, at most rl.max_skipped_updates="
+                      f"{self.rl.max_skipped_updates})", RuntimeWarning, stacklevel=2)
 
     def training_step(self, rows: list[dict], batch_idx: int) -> None:
         rl = self.rl
@@ -428,7 +497,7 @@ class RLVRModule(L.LightningModule):
         stats = mean_over_processes(stats, sums=("train/batch_size", "train/kept_groups"))
         self._log(stats)
         self.log("reward", stats["train/reward"], prog_bar=True, logger=False, batch_size=batch.size)
-        if self.budget_spent:
+        if self.budget_spent or self.rl_step >= rl.steps:
             self.trainer.should_stop = True
 
     @property
@@ -484,8 +553,7 @@ class RLVRModule(L.LightningModule):
             if ex["samples"] and isinstance(self.logger, MLFlowLogger):
                 table = {k: [x[k] for x in ex["samples"][: self.rl.samples_to_log]] for k in ex["samples"][0]}
                 folder = "completions" if name == self.task_name else f"completions/{name}"
-                self.logger.experiment.log_table(self.logger.run_id, data=table,
-                                                 artifact_file=f"{folder}/step_{self.rl_step:06d}.json")
+                self._table(f"{folder}/step_{self.rl_step:06d}.json", table)
         self.eval_history.append(entry)
         self.log("eval_pass_at_1", entry["eval"][next(iter(self.eval_tasks))]["pass_at_1"], prog_bar=True, logger=False,
                  sync_dist=True)  # the same value in every process (the results were gathered)
@@ -518,10 +586,8 @@ class RLVRModule(L.LightningModule):
             return self._credit_probe()
 
     def _credit_probe(self) -> dict[str, Any]:
-        import dataclasses as dc
-
         batch, row = self._probe
-        batch = dc.replace(batch, extra=dict(batch.extra))
+        batch = dataclasses.replace(batch, extra=dict(batch.extra))
         counters = self.samples, self.tokens
         with torch.random.fork_rng(devices=self._rng_devices()):
             torch.manual_seed(4321)
@@ -542,9 +608,55 @@ class RLVRModule(L.LightningModule):
                 "reward": float(batch.rewards[row]), "credit": (-grad[row][valid]).float().tolist()}
 
     def _log(self, metrics: dict[str, float]) -> None:
-        if self.logger is not None:
-            clean = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
+        clean = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
+        if self.sink is not None:
+            self.sink.log(clean, self.rl_step)
+        elif self.logger is not None:
             self.logger.log_metrics(clean, step=self.rl_step)
+
+    def _table(self, artifact_file: str, data: dict[str, list]) -> None:
+        if self.sink is not None:
+            self.sink.table(artifact_file, data)
+        else:
+            self.logger.experiment.log_table(self.logger.run_id, data=data, artifact_file=artifact_file)
+
+    # ------------------------------------------------------------------ checkpoints (see bench.checkpoint)
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        from bench.checkpoint import rng_states
+
+        trainable = {f"{n}" for n, p in self.named_parameters() if p.requires_grad}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        probe = None
+        if self._probe is not None:
+            b, row = self._probe
+            probe = ({f.name: getattr(b, f.name) for f in dataclasses.fields(b)}, row)
+        checkpoint["creditbench"] = {
+            "rl_step": self.rl_step, "samples": self.samples, "tokens": self.tokens,
+            "eval_history": self.eval_history, "skipped_updates": self.skipped_updates, "probe": probe,
+            "rng": gather_objects(rng_states()), "sink": self.sink.state_dict() if self.sink is not None else None,
+            "wall_s": self.wall_before + time.perf_counter() - self.t_start,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        from bench.checkpoint import set_rng_states
+
+        own = dict(self.named_parameters())
+        stray = [k for k in checkpoint["state_dict"] if k not in own]
+        missing = [n for n, p in own.items() if p.requires_grad and n not in checkpoint["state_dict"]]
+        if stray or missing:
+            raise CreditBenchError(f"the checkpoint does not fit this model ({len(stray)} unknown and {len(missing)} "
+                                   f"missing trainable tensors, e.g. {(stray or missing)[0]!r})")
+        c = checkpoint["creditbench"]
+        self.rl_step, self.samples, self.tokens = c["rl_step"], c["samples"], c["tokens"]
+        self.eval_history, self.skipped_updates = c["eval_history"], c["skipped_updates"]
+        self.resumed_from = self.last_checkpoint_step = self.rl_step
+        self.wall_before = c["wall_s"]
+        if c["probe"] is not None:
+            fields, row = c["probe"]
+            self._probe = (RolloutBatch(**fields), row)
+        if self.sink is not None and c["sink"] is not None:
+            self.sink.load_state_dict(c["sink"])
+        set_rng_states(c["rng"][rank()] if len(c["rng"]) == world_size() else c["rng"][0])
 
 
 def _regroup(batch: RolloutBatch) -> RolloutBatch:

@@ -4,6 +4,7 @@ a tiny model if needed), train with :class:`RLVRModule`, evaluate, and record th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -127,6 +128,8 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     from bench.tracking import flatten, git_commit, log_config, make_logger
     from bench.warmstart import base_checkpoint
 
+    from bench.checkpoint import MetricSink, RunCheckpoint
+
     r = resolve(cfg)
     # A config may name FSDP (it validates and plans); a run may not yet: the update calls backward
     # inside training_step, which runs inside the root FSDP unit's forward under Lightning's
@@ -143,6 +146,12 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
+    ckpt_dir = None
+    if cfg.checkpoint.every:  # before anything is written: a checkpoint directory that cannot take files stops here
+        from bench.checkpoint import ensure_writable, run_dir
+
+        ckpt_dir = run_dir(cfg, r.run_name)
+        ensure_writable(ckpt_dir)
     path = cfg.model.name
     if cfg.model.name in TINY_SIZES:
         path = base_checkpoint(cfg.task.name, r.task, cfg.model.name, cfg.warmstart, cfg.tracking.cache_dir,
@@ -168,37 +177,69 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     if cfg.tracking.parent_run_id:
         tags["mlflow.parentRunId"] = cfg.tracking.parent_run_id
     tags.update(cfg.tracking.tags)
-    logger = make_logger(cfg.tracking.uri, cfg.tracking.experiment, r.run_name, tags)
-    resolved_params = flatten(cfg)
-    resolved_params.update({f"method.options.{k}": v for k, v in dataclasses.asdict(r.method.config).items()})
-    resolved_params.update({f"task.options.{k}": v for k, v in dataclasses.asdict(r.task.config).items()})
-    log_config(logger, resolved_params, config_yaml(cfg))
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    zero = rank_zero_only.rank == 0  # Lightning starts the other processes (DDP) later, in the first trainer call
+    resume_id, ckpt = None, None
+    if ckpt_dir is not None and zero:
+        from bench.checkpoint import resume_point
+        from bench.tracking import client
+
+        resume_id, ckpt = resume_point(cfg, ckpt_dir, client(cfg.tracking.uri), log=print if progress else _quiet)
+    elif ckpt_dir is not None and (ckpt_dir / "last.ckpt").is_file():  # the first process decided: same answer
+        ckpt = ckpt_dir / "last.ckpt"
+    logger = make_logger(cfg.tracking.uri, cfg.tracking.experiment, r.run_name, tags, run_id=resume_id)
+    if resume_id is None:
+        resolved_params = flatten(cfg)
+        resolved_params.update({f"method.options.{k}": v for k, v in dataclasses.asdict(r.method.config).items()})
+        resolved_params.update({f"task.options.{k}": v for k, v in dataclasses.asdict(r.task.config).items()})
+        log_config(logger, resolved_params, config_yaml(cfg))
+        if ckpt_dir is not None and zero:
+            from bench.checkpoint import write_json
+
+            write_json(ckpt_dir / "run.json", {"mlflow_run_id": logger.run_id, "run_name": r.run_name})
 
     module = RLVRModule(policy, tokenizer, r.method, r.task, cfg.task.name, cfg.rl, cfg.eval, ref_policy=ref,
                         eval_tasks=r.eval_tasks, engine=make_engine(cfg.rollout, policy, tokenizer, cfg.seed))
+    module.t_start = t_start
+    sink = module.sink = MetricSink(logger, hold=ckpt_dir is not None)
+    callbacks = [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every, cfg.eval.every, sink)]
     data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
-    rl = cfg.rl
     trainer = L.Trainer(
         accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, num_nodes=cfg.trainer.num_nodes,
-        strategy=make_strategy(cfg), precision=cfg.precision, logger=logger,
-        max_steps=rl.steps * rl.ppo_epochs * rl.minibatches, max_epochs=-1,
+        strategy=make_strategy(cfg), precision=cfg.precision, logger=logger, callbacks=callbacks,
+        max_steps=-1, max_epochs=-1,  # the module stops after rl.steps RL steps (or its budget)
         val_check_interval=cfg.eval.every, check_val_every_n_epoch=None, num_sanity_val_steps=0,
         enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress,
         use_distributed_sampler=False,  # PromptDataModule gives each process its share of the global batch
     )
-    trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
-    module.make_probe(list(data.eval_rows.select(range(min(16, len(data.eval_rows))))))
-    trainer.fit(module, datamodule=data)
-    if trainer.interrupted:  # Ctrl-C: Lightning returns from fit; record nothing as finished
-        logger.finalize("KILLED")
-        raise CreditBenchError(f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was recorded as finished")
-    if module.eval_history[-1]["step"] != module.rl_step:
-        trainer.validate(module, datamodule=data, verbose=False)
-    probe = module.credit_probe()
-    if hasattr(module.engine, "close"):  # vLLM: free its memory and process state before the next run
-        module.engine.close()
-    wall = time.perf_counter() - t_start
-    logger.log_metrics({"time/wall_s": wall}, step=module.rl_step)
+    try:
+        if ckpt is None:
+            trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
+            module.make_probe(list(data.eval_rows.select(range(min(16, len(data.eval_rows))))))
+        elif progress:
+            print(f"resuming run {r.run_name!r} (MLflow run {resume_id}) from its checkpoint {ckpt}")
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=False)
+        if trainer.interrupted:  # Ctrl-C: Lightning returns from fit; record nothing as finished
+            logger.finalize("KILLED")
+            again = (f"; run the same command again to resume from step {module.last_checkpoint_step}"
+                     if module.last_checkpoint_step is not None else "")
+            raise CreditBenchError(f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was "
+                                   f"recorded as finished{again}")
+        if module.eval_history[-1]["step"] != module.rl_step:
+            trainer.validate(module, datamodule=data, verbose=False)
+        probe = module.credit_probe()
+        if hasattr(module.engine, "close"):  # vLLM: free its memory and process state before the next run
+            module.engine.close()
+        wall = module.wall_before + time.perf_counter() - t_start
+        sink.log({"time/wall_s": wall}, step=module.rl_step)
+    except BaseException:  # what was measured still reaches MLflow (a resumed run skips the steps it has)
+        if zero:
+            with contextlib.suppress(Exception):
+                sink.flush()
+        raise
+    if zero:
+        sink.flush()
     if probe is not None:
         logger.experiment.log_dict(logger.run_id, probe, "credit_probe.json")
     primary = cfg.task.name
@@ -226,7 +267,15 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         tmp.write_text(json.dumps(result, indent=2))
         tmp.replace(out)
     logger.finalize("success")
+    if ckpt_dir is not None and zero and not cfg.checkpoint.keep:
+        from bench.checkpoint import discard
+
+        discard(ckpt_dir)
     return result
+
+
+def _quiet(*args, **kwargs) -> None:
+    pass
 
 
 def make_strategy(cfg: RunConfig):

@@ -95,12 +95,18 @@ class Arithmetic(Task):
         if split == "eval":
             return _to_dataset(list(eval_rows.values()))
         if split == "train":
-            train = []
+            train, misses = [], 0
             rng = random.Random(cfg.seed + 1)
             while len(train) < cfg.train_size:
                 row = make_problem(rng, cfg)
                 if row["id"] not in eval_rows:
                     train.append(row)
+                    misses = 0
+                elif (misses := misses + 1) > 10_000:  # (nearly) every problem of the range is an eval problem
+                    raise CreditBenchError(
+                        f"task arithmetic: operands in [{cfg.low}, {cfg.high}] give too few problems outside the "
+                        f"eval split ({len(eval_rows)} problems) to draw train problems from; widen low..high, "
+                        "add operands or lower eval_size")
             return _to_dataset(train)
         raise CreditBenchError(f"unknown split {split!r} for task arithmetic; valid: {', '.join(self.splits)}")
 

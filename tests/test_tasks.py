@@ -42,3 +42,6 @@ def test_bad_task_input():
         ArithmeticConfig(template="chat")
     with pytest.raises(CreditBenchError, match="valid: train, eval"):
         Arithmetic().load("test")
+    # a range so small that every problem is an eval problem: an error, not an endless search
+    with pytest.raises(CreditBenchError, match="too few problems outside the eval split"):
+        Arithmetic(ArithmeticConfig(num_operands=2, low=0, high=2, eval_size=50, train_size=10)).load("train")

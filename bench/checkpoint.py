@@ -1,0 +1,244 @@
+"""Resuming a run after a crash.
+
+A run with ``checkpoint.every > 0`` owns a directory ``<checkpoint.dir>/<run name>-<config hash>/``:
+
+    run.json     the MLflow run id, written when the run starts
+    last.ckpt    the last Lightning checkpoint, replaced atomically (write, fsync, rename)
+
+The checkpoint holds what the next step depends on: the weights that train (the frozen base and
+reference come back from the base checkpoint), AdamW's state, the scheduler, Lightning's loop
+progress, the torch / numpy / Python RNG states, the data position (batches consumed, refill
+prompts drawn), the module's counters and eval history, the credit-probe group, and the metrics not
+yet in MLflow.
+
+Metrics are held back until the checkpoint of their step is on disk (:class:`MetricSink`), then
+logged. A run killed at any point therefore finds in MLflow at most the steps of its last
+checkpoint; the steps it redoes after resuming are logged once. The held-back metrics travel
+inside the checkpoint, and on resume only the (key, step) pairs MLflow does not have are logged,
+so a crash between writing a checkpoint and logging its metrics loses nothing either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from bench.errors import CreditBenchError
+
+
+def config_hash(cfg) -> str:
+    """What makes two runs the same run: every field of the config but where things are written
+    and how fast (tracking, checkpoint, threads). The tracking URI and experiment stay in: a run
+    resumes into a run of the same store."""
+    d = dataclasses.asdict(cfg)
+    d["tracking"] = {k: v for k, v in d["tracking"].items() if k in ("uri", "experiment", "run_name", "sweep")}
+    d.pop("checkpoint", None)
+    d.pop("threads", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_dir(cfg, run_name: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_name)
+    return Path(cfg.checkpoint.dir).expanduser() / f"{safe}-{config_hash(cfg)}"
+
+
+def ensure_writable(path: Path) -> None:
+    """Create ``path`` and prove a file can be written and renamed in it, or fail with one line
+    before the run writes anything anywhere."""
+    probe = path / f".write-test-{uuid.uuid4().hex[:8]}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.replace(probe.with_suffix(".renamed"))
+        probe.with_suffix(".renamed").unlink()
+    except OSError as e:
+        raise CreditBenchError(f"cannot write checkpoints to {str(path)!r}: {e.strerror or e}; set checkpoint.dir "
+                               "to a writable directory (or checkpoint.every 0 to run without checkpoints)") from None
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------ RNG states
+def rng_states() -> dict[str, Any]:
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+# ------------------------------------------------------------------ metrics held back until checkpointed
+class MetricSink:
+    """Where the module's metrics and tables go. Without checkpoints: straight to the logger. With
+    them: held back until :meth:`flush`, which the checkpoint callback calls once the checkpoint of
+    their step is on disk, and which skips what MLflow already has (a resumed run redoing steps)."""
+
+    def __init__(self, logger, hold: bool):
+        self.logger, self.hold = logger, hold
+        self.pending: list[tuple[int, dict[str, float]]] = []
+        self.tables: list[tuple[str, dict[str, list]]] = []
+        self._logged: dict[str, int] | None = None  # the last step of each key MLflow has (read once, lazily)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.logger is None:
+            return
+        if self.hold:
+            self.pending.append((step, dict(metrics)))
+        else:
+            self.logger.log_metrics(metrics, step=step)
+
+    def table(self, artifact_file: str, data: dict[str, list]) -> None:
+        if self.logger is None:
+            return
+        if self.hold:
+            self.tables.append((artifact_file, data))
+        else:
+            self.logger.experiment.log_table(self.logger.run_id, data=data, artifact_file=artifact_file)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": self.pending, "tables": self.tables}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pending, self.tables = list(state["pending"]), list(state["tables"])
+
+    def flush(self) -> None:
+        """Log everything held back that MLflow does not have yet."""
+        if self.logger is None or not (self.pending or self.tables):
+            return
+        client, run_id = self.logger.experiment, self.logger.run_id
+        if self._logged is None:
+            self._logged = {}
+            keys = {k for _, m in self.pending for k in m} | set(client.get_run(run_id).data.metrics)
+            for key in keys:
+                history = client.get_metric_history(run_id, key)
+                if history:
+                    self._logged[key] = max(m.step for m in history)
+        for step, metrics in self.pending:
+            new = {k: v for k, v in metrics.items() if step > self._logged.get(k, -1)}
+            if new:
+                self.logger.log_metrics(new, step=step)
+                self._logged.update(dict.fromkeys(new, step))
+        folders: dict[str, set[str]] = {}
+        for artifact_file, data in self.tables:
+            folder = str(Path(artifact_file).parent)
+            if folder not in folders:
+                folders[folder] = {f.path for f in client.list_artifacts(run_id, None if folder == "." else folder)}
+            if artifact_file not in folders[folder]:  # log_table appends to an existing table
+                client.log_table(run_id, data=data, artifact_file=artifact_file)
+                folders[folder].add(artifact_file)
+        self.pending, self.tables = [], []
+
+
+# ------------------------------------------------------------------ the checkpoint callback
+class RunCheckpoint(Callback):
+    """Writes ``last.ckpt`` every ``every`` RL steps and then lets the sink log what it held back.
+
+    A step that Lightning validates after (every ``eval.every`` steps, and the last) is
+    checkpointed at the end of that validation, so the checkpoint holds its evaluation and a
+    resumed run does not evaluate again; any other step at the end of its training batch.
+    """
+
+    def __init__(self, directory: Path, every: int, eval_every: int, sink: MetricSink):
+        self.path, self.every, self.eval_every, self.sink = directory / "last.ckpt", every, eval_every, sink
+
+    def _due(self, step: int, trainer) -> bool:
+        return step % self.every == 0 or trainer.should_stop
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = pl_module.rl_step
+        validates_next = step % self.eval_every == 0 or trainer.should_stop
+        if self._due(step, trainer) and not validates_next:
+            self.save(trainer)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:  # a resumed run: what its checkpoint held back and MLflow lacks
+            self.sink.flush()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and self._due(pl_module.rl_step, trainer):
+            self.save(trainer)
+
+    def save(self, trainer) -> None:
+        tmp = self.path.with_name(f"{self.path.name}.tmp")
+        try:
+            trainer.save_checkpoint(tmp, weights_only=False)
+            if trainer.is_global_zero:
+                with open(tmp, "rb") as fh:
+                    os.fsync(fh.fileno())
+                tmp.replace(self.path)
+            trainer.lightning_module.last_checkpoint_step = trainer.lightning_module.rl_step
+        except OSError as e:
+            if trainer.is_global_zero:
+                tmp.unlink(missing_ok=True)
+            raise CreditBenchError(f"cannot write checkpoint {str(self.path)!r}: {e.strerror or e}; the last "
+                                   "complete checkpoint and the metrics logged up to it are kept -- free space "
+                                   "and run the same command again to resume") from None
+        trainer.strategy.barrier("creditbench-checkpoint")
+        if trainer.is_global_zero:
+            self.sink.flush()
+        else:  # only the first process logs
+            self.sink.pending, self.sink.tables = [], []
+
+
+def resume_point(cfg, directory: Path, client, log=print) -> tuple[str | None, Path | None]:
+    """(the MLflow run to continue, the checkpoint to resume from) for the run of ``directory``:
+    (None, None) for a fresh start. A checkpoint whose MLflow run is gone or finished, or any
+    checkpoint when ``checkpoint.resume`` is off, is discarded."""
+    meta, last = directory / "run.json", directory / "last.ckpt"
+    if not meta.is_file():
+        last.unlink(missing_ok=True)
+        return None, None
+    reason = None
+    try:
+        run_id = json.loads(meta.read_text())["mlflow_run_id"]
+        run = client.get_run(run_id)
+        if run.info.lifecycle_stage != "active":
+            reason = f"its MLflow run {run_id} was deleted"
+        elif run.info.status == "FINISHED":
+            reason = f"its MLflow run {run_id} already finished"
+    except (ValueError, KeyError, TypeError):  # a corrupt run.json
+        reason = f"{meta} cannot be read"
+    except Exception as e:
+        if getattr(e, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":  # the store is unusable: keep everything
+            raise CreditBenchError(f"cannot use MLflow tracking URI {cfg.tracking.uri!r} to resume the run in "
+                                   f"{directory}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}") from None
+        reason = f"its MLflow run {run_id} is not in {cfg.tracking.uri}"
+    if reason is None and not cfg.checkpoint.resume:
+        reason = "checkpoint.resume is off"
+    if reason is not None:
+        log(f"starting over: discarding the checkpoint in {directory} ({reason})")
+        last.unlink(missing_ok=True)
+        meta.unlink()
+        return None, None
+    return run_id, (last if last.is_file() else None)
+
+
+def discard(directory: Path) -> None:
+    """Remove a finished run's checkpoint directory."""
+    for name in ("last.ckpt", "last.ckpt.tmp", "run.json", "run.json.tmp"):
+        (directory / name).unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:  # something else lives there: leave it
+        pass

@@ -1,0 +1,231 @@
+"""Trustworthy runs: a run killed with SIGKILL resumes from its last checkpoint to the metrics of an
+uninterrupted run; the same seed gives the same run (rollouts included) and another seed does not;
+a NaN or inf in the loss or the gradients never reaches the weights."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.errors import CreditBenchError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# a tiny run: a quickly warm-started tiny-500k (cached for the module), 8 RL steps, evaluated at
+# steps 0, 4 and 8, with a checkpoint every 2 steps
+ARGS = ["--model.name", "tiny-500k", "--warmstart.max_steps", "60", "--warmstart.check_every", "30",
+        "--warmstart.batch_size", "32", "--warmstart.target_accuracy", "0.2",
+        "--rl.steps", "8", "--rl.prompts_per_step", "4", "--rl.group_size", "4", "--rl.lr", "1e-3",
+        "--rl.sampling.max_new_tokens", "24", "--eval.every", "4", "--eval.num_problems", "8", "--eval.n", "2",
+        "--eval.k", "[1, 2]", "--rl.samples_to_log", "4", "--threads", "2", "--checkpoint.every", "2"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def train_cmd(tmp: Path, cache: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench.cli", "train", *ARGS, "--tracking.uri", f"sqlite:///{tmp / 'mlflow.db'}",
+            "--tracking.cache_dir", cache, "--checkpoint.dir", str(tmp / "ckpt"), "--no-progress", *extra]
+
+
+def run_in_process(tmp: Path, cache: str, *extra: str) -> dict:
+    from bench.cli import main
+
+    code = main(train_cmd(tmp, cache, *extra)[4:])
+    assert code == 0
+    return runs(tmp)
+
+
+def runs(tmp: Path) -> dict:
+    """{run name: (status, {metric: [(step, value), ...] in logging order}, {completions artifact: table})}."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+    out = {}
+    for exp in client.search_experiments():
+        for run in client.search_runs([exp.experiment_id]):
+            rid = run.info.run_id
+            metrics = {k: [(m.step, m.value) for m in sorted(client.get_metric_history(rid, k),
+                                                             key=lambda m: (m.timestamp, m.step))]
+                       for k in run.data.metrics}
+            tables = {}
+            for f in client.list_artifacts(rid, "completions"):
+                tables[f.path] = json.loads(Path(client.download_artifacts(rid, f.path, str(tmp / "dl"))).read_text())
+            out[run.info.run_name] = (run.info.status, metrics, tables)
+    return out
+
+
+def comparable(metrics: dict) -> dict:
+    """Everything but wall-clock times."""
+    return {k: v for k, v in metrics.items() if not k.startswith("time/")}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache):
+    """An uninterrupted run, seed 0."""
+    tmp = tmp_path_factory.mktemp("reference")
+    (status, metrics, tables), = run_in_process(tmp, cache).values()
+    assert status == "FINISHED"
+    assert not (tmp / "ckpt").exists() or not any((tmp / "ckpt").iterdir())  # a finished run removes its checkpoint
+    return metrics, tables
+
+
+def test_a_run_killed_mid_training_resumes_to_the_same_metrics(tmp_path, cache, reference):
+    ref_metrics, ref_tables = reference
+    assert {s for s, _ in ref_metrics["train/reward"]} == set(range(1, 9))
+    assert any(v > 0 for _, v in ref_metrics["train/reward"])  # a policy that learns: credit is not all zero
+
+    proc = subprocess.Popen(train_cmd(tmp_path, cache), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    ckpt = None
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        found = list((tmp_path / "ckpt").glob("*/last.ckpt"))
+        if found:
+            ckpt = found[0]
+            break
+        time.sleep(0.02)
+    assert ckpt is not None, proc.communicate()[0].decode()[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)  # mid-training: the first checkpoint (step 2) was just written
+    proc.wait()
+    saved_step = torch.load(ckpt, weights_only=False, map_location="cpu")["creditbench"]["rl_step"]
+    assert 2 <= saved_step < 8
+
+    (status, metrics, _), = runs(tmp_path).values()
+    assert status == "RUNNING"  # SIGKILL leaves no chance to record anything
+    steps = {s for series in metrics.values() for s, _ in series}
+    assert max(steps) <= saved_step  # nothing past the checkpoint reached MLflow
+
+    out = subprocess.run(train_cmd(tmp_path, cache), cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (status, metrics, tables), = runs(tmp_path).values()  # the same MLflow run, now finished
+    assert status == "FINISHED"
+    assert comparable(metrics) == comparable(ref_metrics)  # no step missing, none twice, the same values
+    assert tables == ref_tables  # the eval completions too
+    assert not list((tmp_path / "ckpt").glob("*/last.ckpt"))
+
+
+def test_same_seed_same_run_other_seed_another(tmp_path, cache, reference):
+    ref_metrics, ref_tables = reference
+    (_, metrics, tables), = run_in_process(tmp_path / "again", cache, "--checkpoint.every", "0").values()
+    assert comparable(metrics) == comparable(ref_metrics)  # without checkpoints: logged at once, the same run
+    assert tables == ref_tables
+    (_, other, other_tables), = run_in_process(tmp_path / "seed1", cache, "--seed", "1").values()
+    assert other["train/reward"] != ref_metrics["train/reward"]
+    assert other_tables != ref_tables
+
+
+# ------------------------------------------------------------------ numerical faults
+def _module(policy_dir, poison_steps: set[int], max_skipped: int, what: str = "loss"):
+    from bench.config import EvalConfig, RLConfig
+    from bench.module import RLVRModule
+    from bench.policy import load_policy
+    from bench.registry import METHODS, TASKS
+    from bench.rollout import SamplingConfig
+    from methods.grpo import GRPO
+
+    class Faulty(GRPO):
+        """GRPO with credit +1 on every token (a random policy earns no reward, so GRPO's own credit
+        would not move it), whose loss (or gradient) turns NaN/inf at the given RL steps: an
+        injected fault."""
+
+        def credit(self, batch):
+            return batch.completion_mask.float()
+
+        def loss(self, batch, logprobs, credit):
+            out = super().loss(batch, logprobs, credit)
+            step = module.rl_step + 1
+            if step in poison_steps:
+                if what == "loss":
+                    out.loss = out.loss * float("nan")
+                else:  # a finite loss whose gradient is inf
+                    out.loss = out.loss + _InfGrad.apply(logprobs)
+            return out
+
+    policy, tok = load_policy(str(policy_dir))
+    task = TASKS.get("arithmetic")()
+    rl = RLConfig(steps=4, prompts_per_step=2, group_size=4, max_skipped_updates=max_skipped,
+                  sampling=SamplingConfig(max_new_tokens=12))
+    module = RLVRModule(policy, tok, Faulty(METHODS.get("grpo").Config(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig())
+    return module, task, rl
+
+
+class _InfGrad(torch.autograd.Function):
+    """Zero in the forward pass, inf in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.zeros_like(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.full_like(grad, float("inf"))
+
+
+def _weights(module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.policy.state_dict().items()}
+
+
+@pytest.mark.parametrize("what", ["loss", "grad"])
+def test_a_nonfinite_update_is_skipped_and_counted(policy_dir, what):
+    from tests.fitting import fit_rows
+
+    module, task, rl = _module(policy_dir, {2}, max_skipped=3, what=what)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = fit_rows(module, task, rl, 4)
+    # rows with a loss: steps 1, 3 and 4 (the skipped step 2 has none to report)
+    assert [r["train/skipped_updates"] for r in rows] == [0.0, 1.0, 1.0]
+    assert module.rl_step == 4 and module.skipped_updates == 1
+    assert any("update skipped, weights unchanged" in str(w.message) for w in caught)
+    assert all(torch.isfinite(v).all() for v in module.policy.state_dict().values())
+
+
+def test_the_skipped_update_leaves_weights_and_optimizer_state_as_they_were(policy_dir):
+    import lightning as L
+
+    from bench.bench_step import MemoryLogger
+    from bench.config import EvalConfig
+    from bench.module import PromptDataModule
+
+    module, task, rl = _module(policy_dir, {2}, max_skipped=3)
+    snapshots = {}
+
+    class Watch(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            snapshots[pl_module.rl_step + 1] = (_weights(pl_module), {
+                k: (v["exp_avg"].clone(), v["exp_avg_sq"].clone(), float(v["step"]))
+                for k, v in pl_module.optimizers().optimizer.state.items()})
+
+    trainer = L.Trainer(accelerator="cpu", logger=MemoryLogger(), callbacks=[Watch()], max_steps=-1,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0)
+    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(num_problems=4), 0))
+    assert module.rl_step == 4 and module.skipped_updates == 1
+    w2, adam2 = snapshots[2]  # before the poisoned step 2
+    w3, adam3 = snapshots[3]  # after it
+    assert all(torch.equal(w2[k], w3[k]) for k in w2)
+    assert adam2.keys() == adam3.keys() and all(
+        torch.equal(adam2[k][0], adam3[k][0]) and torch.equal(adam2[k][1], adam3[k][1]) and adam2[k][2] == adam3[k][2]
+        for k in adam2)
+    w4, _ = snapshots[4]
+    assert any(not torch.equal(w3[k], w4[k]) for k in w3)  # the next step updates again
+
+
+def test_too_many_nonfinite_updates_stop_the_run_with_a_clear_error(policy_dir):
+    from tests.fitting import fit_rows
+
+    module, task, rl = _module(policy_dir, {1, 2, 3}, max_skipped=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(CreditBenchError, match=r"3 updates skipped for a non-finite loss or gradient .*"
+                                                   r"more than rl.max_skipped_updates=2"):
+            fit_rows(module, task, rl, 4)
