@@ -18,6 +18,15 @@ import warnings
 from pathlib import Path
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line ``creditbench: error: ...`` (a CreditBenchError), no usage."""
+
+    def error(self, message: str):
+        from bench.errors import CreditBenchError
+
+        raise CreditBenchError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def _quiet() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -53,8 +62,7 @@ def cmd_train(argv: list[str]) -> int:
         ns.pop("config", None)
         cfg = p.instantiate(ns)
     except Exception as e:  # jsonargparse reports malformed YAML, bad types and unknown keys this way
-        msg = _first_line(e)
-        return _fail(f"bad configuration: {msg}")
+        return _fail(f"bad configuration: {config_error(e)}")
     cfg = RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
     resolve(cfg)
     res = run(cfg, progress=progress)
@@ -75,6 +83,44 @@ def _first_line(e: BaseException) -> str:
     return text[:500]
 
 
+def config_error(e: BaseException) -> str:
+    """jsonargparse's error on one line, with the valid names for an unknown setting and a plain
+    "must be a mapping" for a group of settings given as a single value."""
+    import re
+
+    text = _first_line(e)
+    found = (re.search(r"unrecognized arguments: --([\w.]+)", text) or re.search(r"Option '([\w.]+)' is not accepted", text))
+    group = re.search(r"Group '([\w.]+)' does not accept option '(\w+)'", text)
+    key = f"{group[1]}.{group[2]}" if group else found[1] if found else None
+    if key:
+        return unknown_setting(key) or text
+    section = re.search(r"""Parser key "([\w.]+)": Unable to load config ['"](.*?)['"]""", text)
+    if section:
+        return f"{section[1]} must be a mapping of its settings ({section[1]}: {{...}}), got {section[2]!r}"
+    return text
+
+
+def unknown_setting(key: str) -> str | None:
+    """'unknown setting ... Did you mean ...? Valid settings: ...' for a dotted key of RunConfig."""
+    import dataclasses
+    import typing
+
+    from bench.config import RunConfig
+    from bench.errors import did_you_mean
+
+    cls, done = RunConfig, []
+    for part in key.split("."):
+        fields = [f.name for f in dataclasses.fields(cls)]
+        if part not in fields:
+            prefix = ".".join(done)
+            return str(did_you_mean("setting", ".".join([*done, part]), [f"{prefix}.{n}" if prefix else n for n in fields]))
+        done.append(part)
+        cls = typing.get_type_hints(cls).get(part)
+        if not dataclasses.is_dataclass(cls):
+            return None
+    return None
+
+
 def _fail(msg: str) -> int:
     print(f"creditbench: error: {msg}", file=sys.stderr)
     return 2
@@ -93,7 +139,7 @@ def cmd_list(kind: str) -> int:
 
 
 def cmd_ui(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="creditbench ui", description="Serve the MLflow UI on 127.0.0.1.")
+    ap = ArgumentParser(prog="creditbench ui", description="Serve the MLflow UI on 127.0.0.1.")
     ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     ap.add_argument("--port", type=int, default=5000)
     a = ap.parse_args(argv)
@@ -109,7 +155,7 @@ def cmd_summarize(argv: list[str]) -> int:
 
     from bench.report import build_report, load_runs, write_files
 
-    ap = argparse.ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
+    ap = ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--no-plots", action="store_true")
@@ -140,7 +186,7 @@ def cmd_sweep(argv: list[str]) -> int:
     from bench.report import markdown
     from bench.sweep import load_spec, run_sweep
 
-    ap = argparse.ArgumentParser(prog="creditbench sweep", description="Run a sweep spec: every method x model x "
+    ap = ArgumentParser(prog="creditbench sweep", description="Run a sweep spec: every method x model x "
                                  "seed as its own process and MLflow run, under one parent run; then the report.")
     ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")

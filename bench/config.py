@@ -128,7 +128,7 @@ class EvalConfig:
     batch_problems: int = 100
     """Problems per generate call."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    tasks: list[TaskSpec] = field(default_factory=list)
+    tasks: list[TaskSpec | str] = field(default_factory=list)
     """More tasks evaluated at every eval point (their eval splits), after the training task's own."""
 
     def __post_init__(self) -> None:

@@ -28,7 +28,9 @@ from bench.errors import CreditBenchError
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="creditbench eval", description="Evaluate a checkpoint on a task (pass@k).")
+    from bench.cli import ArgumentParser
+
+    p = ArgumentParser(prog="creditbench eval", description="Evaluate a checkpoint on a task (pass@k).")
     p.add_argument("--model", required=True, help="a saved model directory or a Hugging Face Hub id")
     p.add_argument("--task", required=True, help="a registered task (see `creditbench tasks`)")
     p.add_argument("--n", type=int, default=16, help="samples per problem (default 16)")
@@ -100,6 +102,11 @@ def main(argv: list[str]) -> int:
     if a.model in TINY_SIZES:
         raise CreditBenchError(f"--model {a.model!r} is a size, not a checkpoint: give a saved model directory "
                                f"(e.g. a base checkpoint under .creditbench/cache) or a Hub id")
+    if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
+        raise CreditBenchError(f"model directory {a.model!r} does not exist (give a saved model directory or a Hub id)")
+    from bench.tracking import check_tracking_uri
+
+    check_tracking_uri(a.uri)  # before the sampling: an unusable store would otherwise fail only at the end
     rows = task.load(a.split)  # before the model: a missing data file fails fast
     if a.num_problems:
         rows = rows.select(range(min(a.num_problems, len(rows))))

@@ -528,7 +528,9 @@ def table(paper_name: str, sweeps: list[str] | None = None, results_dir: Path | 
 
 def main(argv: list[str] | None = None) -> int:
     """``creditbench table --paper NAME [--sweep SWEEP ...] [--results-dir results]``."""
-    ap = argparse.ArgumentParser(
+    from bench.cli import ArgumentParser
+
+    ap = ArgumentParser(
         prog="creditbench table",
         description="A seed paper's verified numbers beside this suite's measured ones (Markdown).")
     ap.add_argument("--paper", required=True, help=f"a paper file in results/papers ({', '.join(paper_names())})")

@@ -34,9 +34,20 @@ RUN_METRICS = ("auc_samples", "auc_tokens", "samples_to_target", "tokens_to_targ
 def load_runs(results_dir: str, sweep: str, keys: list[str] | None = None) -> list[dict[str, Any]]:
     folder = Path(results_dir) / sweep / "runs"
     paths = [folder / f"{k}.json" for k in keys] if keys is not None else sorted(folder.glob("*.json"))
-    runs = [json.loads(p.read_text()) for p in paths if p.is_file()]
+    runs = []
+    for p in paths:
+        if not p.is_file():
+            continue
+        try:
+            runs.append(json.loads(p.read_text()))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CreditBenchError(f"run result {p} is not valid JSON ({e}); delete it and run the sweep again to "
+                                   "redo that run") from None
     if not runs:
-        raise CreditBenchError(f"no finished runs under {folder}; run the sweep first")
+        root = Path(results_dir)
+        have = sorted({q.parent.parent.name for q in root.glob("*/runs/*.json")}) if root.is_dir() else []
+        hint = f" (sweeps with finished runs in {results_dir}: {', '.join(have)})" if have else ""
+        raise CreditBenchError(f"no finished runs under {folder}; run the sweep first{hint}")
     for r in runs:
         r.setdefault("label", r.get("tags", {}).get("label") or r["method"])
     return runs

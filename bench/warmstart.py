@@ -124,7 +124,7 @@ def base_checkpoint(task_name: str, task: Task, size: str, cfg: WarmStartConfig,
                 "mlflow_run_id": logger.run_id}
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
         logger.experiment.log_dict(logger.run_id, info, "warmstart.json")
-        logger.finalize("success")
+        logger.end("success")
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         return out

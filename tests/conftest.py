@@ -1,9 +1,12 @@
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# run checkpoints of the tests (and the processes they start) go to a scratch directory
+os.environ.setdefault("CREDITBENCH_CHECKPOINTS", tempfile.mkdtemp(prefix="creditbench-checkpoints-"))
 
 import pytest
 import torch

@@ -130,6 +130,7 @@ def test_cli_train_with_ddp_logs_one_mlflow_run(tmp_path, policy_dir):
                  "sampling": {"max_new_tokens": 8}},
         "tracking": {"uri": uri, "experiment": "ddp", "sweep": "ddp", "results_dir": str(tmp_path / "results")},
         "trainer": {"accelerator": "cpu", "devices": 2, "strategy": "ddp"},
+        "checkpoint": {"every": 1, "dir": str(tmp_path / "ckpt"), "keep": True},  # every process's RNG state
         "threads": 1,
     }
     path = tmp_path / "run.yaml"
@@ -154,6 +155,12 @@ def test_cli_train_with_ddp_logs_one_mlflow_run(tmp_path, policy_dir):
     summary = json.loads(result.read_text())
     assert summary["mlflow_run_id"] == rid and summary["samples"] == 32 and summary["steps"] == 2
     assert summary["final"]["num_problems"] == 6 and len(summary["history"]) == 2
+    import torch
+
+    (ckpt,) = (tmp_path / "ckpt").glob("*/last.ckpt")
+    state = torch.load(ckpt, weights_only=False)["creditbench"]
+    assert state["rl_step"] == 2 and len(state["rng"]) == 2  # one RNG state per process
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])
 
 
 def test_ddp_strategy_uses_gloo_on_cpu():

@@ -18,12 +18,13 @@ from bench.errors import CreditBenchError
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# a tiny run: a quickly warm-started tiny-500k (cached for the module), 8 RL steps, evaluated at
-# steps 0, 4 and 8, with a checkpoint every 2 steps
-ARGS = ["--model.name", "tiny-500k", "--warmstart.max_steps", "60", "--warmstart.check_every", "30",
-        "--warmstart.batch_size", "32", "--warmstart.target_accuracy", "0.2",
+# a tiny run: tiny-500k quickly warm-started on one-step single-digit arithmetic (cached for the
+# module), 8 RL steps, evaluated at steps 0, 4 and 8, with a checkpoint every 2 steps
+ARGS = ["--model.name", "tiny-500k", "--task.options", "{num_operands: 2, low: 0, high: 9, eval_size: 20}",
+        "--warmstart.max_steps", "100", "--warmstart.check_every", "50", "--warmstart.batch_size", "32",
+        "--warmstart.target_accuracy", "0.2",
         "--rl.steps", "8", "--rl.prompts_per_step", "4", "--rl.group_size", "4", "--rl.lr", "1e-3",
-        "--rl.sampling.max_new_tokens", "24", "--eval.every", "4", "--eval.num_problems", "8", "--eval.n", "2",
+        "--rl.sampling.max_new_tokens", "16", "--eval.every", "4", "--eval.num_problems", "8", "--eval.n", "2",
         "--eval.k", "[1, 2]", "--rl.samples_to_log", "4", "--threads", "2", "--checkpoint.every", "2"]
 
 
@@ -40,7 +41,8 @@ def train_cmd(tmp: Path, cache: str, *extra: str) -> list[str]:
 def run_in_process(tmp: Path, cache: str, *extra: str) -> dict:
     from bench.cli import main
 
-    code = main(train_cmd(tmp, cache, *extra)[4:])
+    tmp.mkdir(parents=True, exist_ok=True)
+    code = main(train_cmd(tmp, cache, *extra)[3:])
     assert code == 0
     return runs(tmp)
 
@@ -52,7 +54,7 @@ def runs(tmp: Path) -> dict:
     client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
     out = {}
     for exp in client.search_experiments():
-        for run in client.search_runs([exp.experiment_id]):
+        for run in client.search_runs([exp.experiment_id], "tags.kind = 'rl'"):  # not the warm-start's run
             rid = run.info.run_id
             metrics = {k: [(m.step, m.value) for m in sorted(client.get_metric_history(rid, k),
                                                              key=lambda m: (m.timestamp, m.step))]
@@ -229,3 +231,50 @@ def test_too_many_nonfinite_updates_stop_the_run_with_a_clear_error(policy_dir):
         with pytest.raises(CreditBenchError, match=r"3 updates skipped for a non-finite loss or gradient .*"
                                                    r"more than rl.max_skipped_updates=2"):
             fit_rows(module, task, rl, 4)
+
+
+# ------------------------------------------------------------------ a full disk mid-run
+def test_a_full_disk_mid_run_keeps_the_last_checkpoint_and_the_run_resumes(tmp_path, policy_dir, monkeypatch, capsys):
+    """The second checkpoint write fails as a full disk does (a partial file, then ENOSPC): one
+    clear line, the first checkpoint whole, the metrics measured so far in MLflow; with space
+    again the same command resumes and every step is in the run once."""
+    import errno
+
+    import lightning.pytorch as pl
+    from mlflow.tracking import MlflowClient
+
+    from bench.cli import main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    argv = ["train", "--model.name", str(policy_dir), "--task.options", "{train_size: 64, eval_size: 8}",
+            "--rl.steps", "6", "--rl.prompts_per_step", "2", "--rl.group_size", "2",
+            "--rl.sampling.max_new_tokens", "8", "--eval.every", "3", "--eval.num_problems", "4", "--eval.n", "2",
+            "--eval.k", "[1, 2]", "--eval.sampling.max_new_tokens", "8", "--checkpoint.every", "2",
+            "--checkpoint.dir", str(tmp_path / "ckpt"), "--tracking.uri", uri, "--threads", "2", "--no-progress"]
+    real, calls = pl.Trainer.save_checkpoint, []
+
+    def full_disk(self, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:
+            Path(path).write_bytes(b"\0" * 100)  # what fitted before the disk was full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(pl.Trainer, "save_checkpoint", full_disk)
+    assert main(argv) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("creditbench: error:")]
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "run the same command again" in lines[0]
+    (ckpt,) = (tmp_path / "ckpt").glob("*/last.ckpt")
+    assert torch.load(ckpt, weights_only=False)["creditbench"]["rl_step"] == 2  # the first one, whole
+    assert not list((tmp_path / "ckpt").glob("*/*.tmp"))  # the partial write is gone
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("creditbench").experiment_id], "tags.kind = 'rl'")
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/reward")] == [1, 2, 3, 4]
+
+    monkeypatch.setattr(pl.Trainer, "save_checkpoint", real)  # space again
+    assert main(argv) == 0
+    (run,) = client.search_runs([client.get_experiment_by_name("creditbench").experiment_id], "tags.kind = 'rl'")
+    assert run.info.status == "FINISHED"
+    history = lambda key: sorted(m.step for m in client.get_metric_history(run.info.run_id, key))  # noqa: E731
+    assert history("train/reward") == [1, 2, 3, 4, 5, 6]
+    assert history("eval/arithmetic/pass_at_1") == [0, 3, 6]
