@@ -47,12 +47,13 @@ def _rows(batch: list[dict]) -> list[dict]:
 
 
 class PromptBatches:
-    """The train prompts' batch order: a stream of seeded random permutations of the rows (one per
-    pass, drawn from the run's seed and the pass number), ``prompts_per_step`` at a time, the last
-    incomplete batch of a pass dropped. Batch ``i`` of the stream depends only on the seed and ``i``,
-    so a resumed run (``start``: the batches already consumed) continues the same order however
-    Lightning counts its epochs. With W processes each takes the ``rank``-th of W contiguous slices
-    of every batch (whole prompts, hence whole groups)."""
+    """The train prompts' batch order: pass after pass over the rows, each pass a seeded random
+    permutation cut into batches of ``prompts_per_step`` (the last incomplete one dropped) -- the
+    order ``DataLoader(rows, batch_size, shuffle=True, drop_last=True, generator=g)`` draws, with
+    ``g`` seeded with the run's seed. Batch ``i`` depends only on the seed and ``i`` (the generator is
+    replayed from the seed), so a resumed run (``start``: the batches already consumed) continues the
+    same order however Lightning counts its epochs. With W processes each takes the ``rank``-th of W
+    contiguous slices of every batch (whole prompts, hence whole groups)."""
 
     def __init__(self, num_rows: int, batch_size: int, seed: int, rank: int = 0, world: int = 1, start: int = 0):
         self.num_rows, self.batch_size, self.seed, self.rank, self.world = num_rows, batch_size, seed, rank, world
@@ -62,10 +63,18 @@ class PromptBatches:
     def __len__(self) -> int:
         return self.per_pass
 
+    def _order(self, n_pass: int) -> list[int]:
+        g = torch.Generator().manual_seed(self.seed)
+        for p in range(n_pass + 1):  # what each pass of a shuffling DataLoader draws from its generator:
+            torch.empty((), dtype=torch.int64).random_(generator=g)  # its iterator's base seed,
+            order = torch.randperm(self.num_rows, generator=g)  # the permutation,
+            if p < n_pass:
+                torch.randperm(self.num_rows, generator=g)  # and RandomSampler's empty remainder permutation
+        return order.tolist()
+
     def __iter__(self):
         n_pass, skip = divmod(self.start, self.per_pass)
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + n_pass)
-        order = torch.randperm(self.num_rows, generator=g).tolist()
+        order = self._order(n_pass)
         k = self.batch_size // self.world
         for b in range(skip, self.per_pass):
             self.start += 1

@@ -29,3 +29,10 @@ def policy_dir(tmp_path_factory):
     model.save_pretrained(d)
     tok.save_pretrained(d)
     return d
+
+
+@pytest.fixture(scope="session")
+def warm_cache(tmp_path_factory):
+    """One cache of warm-started tiny bases for the session: tests that train the same task and size
+    share one warm-start."""
+    return str(tmp_path_factory.mktemp("warm-cache"))

@@ -21,7 +21,7 @@ def model_dir(tmp_path_factory):
 def _check(res: dict, steps: int, warmup: int) -> None:
     assert len(res["step_times_s"]) == len(res["step_tokens"]) == warmup + steps
     assert all(t > 0 for t in res["step_times_s"])
-    assert res["step_s"] > 0 and res["tokens_per_s"] > 0 and res["peak_rss_mib"] > 0
+    assert res["step_s"] > 0 and res["cpu_s"] > 0 and res["tokens_per_s"] > 0 and res["peak_rss_mib"] > 0
     # 16 prompts x 8 completions, each 1..32 tokens (up to and including eos)
     assert all(128 <= n <= 128 * 32 for n in res["step_tokens"])
     assert res["tokens_per_s"] == pytest.approx(sum(res["step_tokens"][warmup:]) / sum(res["step_times_s"][warmup:]))

@@ -15,22 +15,23 @@ import pytest
 import torch
 
 from bench.errors import CreditBenchError
+from tiny_sweep import SPEC
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# a tiny run: tiny-500k quickly warm-started on one-step single-digit arithmetic (cached for the
-# module), 8 RL steps, evaluated at steps 0, 4 and 8, with a checkpoint every 2 steps
-ARGS = ["--model.name", "tiny-500k", "--task.options", "{num_operands: 2, low: 0, high: 9, eval_size: 20}",
-        "--warmstart.max_steps", "100", "--warmstart.check_every", "50", "--warmstart.batch_size", "32",
-        "--warmstart.target_accuracy", "0.2",
+# a tiny run: tiny-500k warm-started on the tiny sweep's easy arithmetic (tests/tiny_sweep.py; one
+# warm-start per test session), 8 RL steps, evaluated at steps 0, 4 and 8, a checkpoint every 2 steps
+ARGS = ["--model.name", "tiny-500k", "--task.options", json.dumps(SPEC["tasks"][0]["options"]),
+        *[a for k, v in SPEC["overrides"].items() if k.startswith("warmstart.") for a in (f"--{k}", str(v))],
         "--rl.steps", "8", "--rl.prompts_per_step", "4", "--rl.group_size", "4", "--rl.lr", "1e-3",
-        "--rl.sampling.max_new_tokens", "16", "--eval.every", "4", "--eval.num_problems", "8", "--eval.n", "2",
-        "--eval.k", "[1, 2]", "--rl.samples_to_log", "4", "--threads", "2", "--checkpoint.every", "2"]
+        "--rl.sampling.max_new_tokens", "20", "--eval.every", "4", "--eval.num_problems", "8", "--eval.n", "2",
+        "--eval.k", "[1, 2]", "--eval.sampling.max_new_tokens", "20", "--rl.samples_to_log", "4",
+        "--threads", "2", "--checkpoint.every", "2"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cache"))
+def cache(warm_cache):
+    return warm_cache
 
 
 def train_cmd(tmp: Path, cache: str, *extra: str) -> list[str]:
@@ -123,6 +124,27 @@ def test_same_seed_same_run_other_seed_another(tmp_path, cache, reference):
     (_, other, other_tables), = run_in_process(tmp_path / "seed1", cache, "--seed", "1").values()
     assert other["train/reward"] != ref_metrics["train/reward"]
     assert other_tables != ref_tables
+
+
+def test_the_data_order_is_a_function_of_seed_and_batch_index():
+    """The train batches are what a shuffling DataLoader seeded with the run's seed draws, pass
+    after pass; a sampler started at batch i (a resumed run) yields exactly the rest of them."""
+    from torch.utils.data import DataLoader
+
+    from bench.module import PromptBatches
+
+    for seed in (0, 3):
+        loader = DataLoader(range(53), batch_size=5, shuffle=True, drop_last=True,
+                            generator=torch.Generator().manual_seed(seed))
+        stream = [b.tolist() for _ in range(3) for b in loader]  # 3 passes of 10 batches
+        batches = PromptBatches(53, 5, seed)
+        assert [b for _ in range(3) for b in batches] == stream
+        for start in (1, 9, 10, 17):
+            resumed = PromptBatches(53, 5, seed, start=start)
+            assert [b for _ in range(3) for b in resumed][: 30 - start] == stream[start:]
+        halves = [PromptBatches(53, 6, seed, rank=r, world=2) for r in (0, 1)]  # two processes: contiguous halves
+        whole = list(PromptBatches(53, 6, seed))
+        assert [a + b for a, b in zip(*halves)] == whole
 
 
 # ------------------------------------------------------------------ numerical faults
@@ -261,7 +283,7 @@ def test_a_full_disk_mid_run_keeps_the_last_checkpoint_and_the_run_resumes(tmp_p
         return real(self, path, *args, **kwargs)
 
     monkeypatch.setattr(pl.Trainer, "save_checkpoint", full_disk)
-    assert main(argv) == 1
+    assert main(argv) != 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("creditbench: error:")]
     assert len(lines) == 1 and "No space left on device" in lines[0] and "run the same command again" in lines[0]
     (ckpt,) = (tmp_path / "ckpt").glob("*/last.ckpt")

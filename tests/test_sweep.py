@@ -32,10 +32,10 @@ def sweep_cmd(spec: Path, env: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, warm_cache):
     root = tmp_path_factory.mktemp("sweep")
     e = {**os.environ, "URI": f"sqlite:///{root / 'mlflow.db'}", "RESULTS": str(root / "results"),
-         "CREDITBENCH_CACHE": str(root / "cache"), "ROOT": str(root)}
+         "CREDITBENCH_CACHE": warm_cache, "ROOT": str(root)}
     e["MLFLOW_TRACKING_URI"] = e["URI"]
     return e
 
