@@ -1,5 +1,6 @@
 """Rollout engines. ``HFRolloutEngine`` samples with Hugging Face ``generate`` (KV cache, one
-batched call for every prompt x sample); it is always available and is what the tests use."""
+batched call for every prompt x sample, each distinct prompt prefilled once and its KV cache shared
+by its samples); it is always available and is what the tests use."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import Tensor
 
 from bench.core import check
+from bench.policy import shared_prefix_cache
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,21 @@ class HFRolloutEngine:
         mask = torch.stack([torch.cat([s.new_zeros(P - len(s)), torch.ones_like(s)]) for s in sequences])
         return self._generate(ids, mask, max_new_tokens, sampling)
 
+    def _prompt_cache(self, ids: Tensor, mask: Tensor):
+        """The KV cache of the prompts' first P-1 tokens, computed once per distinct prompt and
+        shared by its rows (n samples per prompt), or None (then ``generate`` prefills every row)."""
+        if getattr(self.model.generation_config, "cache_implementation", None) is not None:
+            return None
+        masked = not bool(mask.all())
+        position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0) if masked else None
+        return shared_prefix_cache(self.model, ids, mask, position_ids, masked)
+
     def _generate(self, ids: Tensor, mask: Tensor, max_new_tokens: int, sampling: SamplingConfig) -> Generation:
         tok = self.tokenizer
         was_training = self.model.training
         self.model.eval()
         greedy = sampling.temperature == 0
+        cache = self._prompt_cache(ids, mask)
         out = self.model.generate(
             input_ids=ids,
             attention_mask=mask,
@@ -99,6 +111,7 @@ class HFRolloutEngine:
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             use_cache=True,
+            **({} if cache is None else {"past_key_values": cache}),
         )
         self.model.train(was_training)
         comp = out[:, ids.shape[1] :]
