@@ -1,7 +1,7 @@
 """Benchmark: creditbench's GRPO step against TRL's GRPOTrainer on the same workload, per tiny size.
 
     python -m bench.bench_trl [--sizes tiny-500k tiny-2m tiny-8m] [--reps 3] [--steps 5] [--warmup 2]
-                              [--threads 2] [--out results/benchmarks]
+                              [--threads N] [--out results/benchmarks]
 
 Needs the ``trl`` extra (``pip install -e '.[trl]'``: trl 1.16.0; it is used by nothing but this script).
 
@@ -20,7 +20,8 @@ Settings compared:
 * **matched**: both in fp32 without gradient checkpointing, with the same loss aggregation:
   creditbench's GRPO aggregates ``seq-mean-token-mean`` (methods/grpo.py: mean over each
   completion's tokens, then over completions), which is TRL's ``loss_type="grpo"``; TRL's optimizer
-  is ``adamw_torch`` (``torch.optim.AdamW``, as creditbench's).
+  is the ``torch.optim.AdamW`` implementation ``RLVRModule`` builds (``adamw_torch``, or
+  ``adamw_torch_fused`` when creditbench uses the fused kernel).
 * **best / defaults**: creditbench with its best settings (``CREDITBENCH_BEST``: on this CPU they are
   its defaults, fp32 -- see results/benchmarks/trl.md for why not bf16; when they equal the matched
   settings, the matched runs serve both rows) against TRL with its own defaults at the same workload:
@@ -37,16 +38,15 @@ repetition. Per run: wall time per RL step (a Lightning callback around ``traini
 rewards, advantages, the forward/backward, clipping and the optimizer step), median over the
 ``--steps`` measured steps after ``--warmup`` warm-up steps; completion tokens generated per second
 (up to and including eos, summed over the measured steps over their summed time); peak RSS; and the
-process's CPU time per step (median), which other work on the machine barely moves (run with
+process's CPU time per step (median), which other work on the machine moves much less (run with
 ``--threads 1`` on a busy machine: threads that wait on descheduled siblings make 2-thread wall
 times erratic there).
 The floor is what no RL step can avoid done the plain way, also in its own subprocess: a bare
 ``generate`` of the same batch plus one forward/backward (plain ``model(...)``, log-probs of the
 completion tokens) and an AdamW step over the same tokens, fp32. It computes every row's prompt;
 creditbench computes each distinct prompt once per group of G (bench/policy.py), so its step can
-go under the floor. Reported per size: medians over repetitions of each
-run's median step, and the ratios creditbench / TRL of step time, tokens/s and peak memory, and
-step / floor.
+go under the floor. Reported per size: medians over repetitions of each run's median step, and the
+ratios creditbench / TRL of step time, tokens/s and peak memory, and step / floor.
 """
 
 from __future__ import annotations
@@ -153,9 +153,25 @@ def measure_creditbench(model_dir: str, steps: int, warmup: int, settings: dict 
 
 
 # ---------------------------------------------------------------------------------------- TRL
-def trl_args(setting: str, steps: int, out_dir: str):
-    """GRPOConfig of ``setting``: "matched" (fp32, no checkpointing, loss_type grpo, adamw_torch, constant
-    lr) or "defaults" (TRL's own defaults at the same workload)."""
+def creditbench_adamw() -> str:
+    """TRL's name for the AdamW implementation ``RLVRModule`` builds (the fused kernel or the per-tensor
+    loop), so that the matched setting runs the same optimizer code on both sides."""
+    from bench.config import EvalConfig, RLConfig
+    from bench.module import RLVRModule
+    from bench.policy import build_tiny
+    from bench.registry import METHODS
+
+    model, tok = build_tiny("tiny-500k")
+    grpo = METHODS.get("grpo")
+    module = RLVRModule(model, tok, grpo(grpo.Config(kl_coef=0.0)), _task(), "arithmetic",
+                        RLConfig(steps=1, lr=LR, betas=BETAS, weight_decay=WD), EvalConfig())
+    opt = module.configure_optimizers()[0][0]
+    return "adamw_torch_fused" if opt.defaults.get("fused") else "adamw_torch"
+
+
+def trl_args(setting: str, steps: int, out_dir: str, optim: str = "adamw_torch"):
+    """GRPOConfig of ``setting``: "matched" (fp32, no checkpointing, loss_type grpo, ``optim`` -- creditbench's
+    AdamW implementation --, constant lr) or "defaults" (TRL's own defaults at the same workload)."""
     from trl import GRPOConfig
 
     workload = {
@@ -167,15 +183,16 @@ def trl_args(setting: str, steps: int, out_dir: str):
     }
     if setting == "matched":
         return GRPOConfig(**workload, bf16=False, gradient_checkpointing=False, loss_type="grpo",
-                          scale_rewards="group", epsilon=0.2, optim="adamw_torch", lr_scheduler_type="constant",
+                          scale_rewards="group", epsilon=0.2, optim=optim, lr_scheduler_type="constant",
                           model_init_kwargs={"dtype": "float32"})
     if setting == "defaults":
         return GRPOConfig(**workload)
     raise ValueError(f"unknown TRL setting {setting!r}")
 
 
-def measure_trl(model_dir: str, steps: int, warmup: int, setting: str = "matched") -> dict:
-    """TRL's GRPOTrainer for warmup + steps optimizer steps (one generation batch each)."""
+def measure_trl(model_dir: str, steps: int, warmup: int, setting: str = "matched", optim: str | None = None) -> dict:
+    """TRL's GRPOTrainer for warmup + steps optimizer steps (one generation batch each). ``optim``: the
+    matched setting's AdamW implementation (default: creditbench's, see ``creditbench_adamw``)."""
     import torch
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
@@ -208,13 +225,15 @@ def measure_trl(model_dir: str, steps: int, warmup: int, setting: str = "matched
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
     with tempfile.TemporaryDirectory() as out_dir:
-        trainer = GRPOTrainer(model=model_dir, reward_funcs=reward, args=trl_args(setting, total, out_dir),
+        args = trl_args(setting, total, out_dir, optim or (creditbench_adamw() if setting == "matched" else "adamw_torch"))
+        trainer = GRPOTrainer(model=model_dir, reward_funcs=reward, args=args,
                               train_dataset=data, processing_class=tok, callbacks=[Clock()])
         trainer.train()
     out = _summary(times, tokens, cpu, warmup)
     out["torch_threads"] = torch.get_num_threads()
     out["trl_loss_type"] = trainer.args.loss_type
     out["trl_bf16"] = bool(trainer.args.bf16)
+    out["trl_optim"] = str(getattr(trainer.args.optim, "value", trainer.args.optim))
     return out
 
 
@@ -257,12 +276,12 @@ def measure_floor(model_dir: str, steps: int, warmup: int) -> dict:
     return out
 
 
-def measure(framework: str, setting: str, model_dir: str, steps: int, warmup: int) -> dict:
+def measure(framework: str, setting: str, model_dir: str, steps: int, warmup: int, trl_optim: str | None = None) -> dict:
     """One run's figures (in this process): step_s (median after warm-up), tokens_per_s, peak_rss_mib, ..."""
     if framework == "creditbench":
         return measure_creditbench(model_dir, steps, warmup, CREDITBENCH_BEST if setting == "best" else CREDITBENCH_MATCHED)
     if framework == "trl":
-        return measure_trl(model_dir, steps, warmup, setting)
+        return measure_trl(model_dir, steps, warmup, setting, trl_optim)
     if framework == "floor":
         return measure_floor(model_dir, steps, warmup)
     raise ValueError(f"unknown framework {framework!r}")
@@ -272,7 +291,8 @@ def _worker(spec: dict) -> None:
     import torch
 
     torch.set_num_threads(spec["threads"])
-    res = measure(spec["framework"], spec["setting"], spec["model_dir"], spec["steps"], spec["warmup"])
+    res = measure(spec["framework"], spec["setting"], spec["model_dir"], spec["steps"], spec["warmup"],
+                  spec.get("trl_optim"))
     print(MARK + json.dumps(res), flush=True)
 
 
@@ -349,7 +369,8 @@ def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> 
               "generation batch, random tiny Qwen3 weights loaded from the same directory by both. Each figure is "
               f"the median over {a.reps} repetitions of one subprocess's median step after {a.warmup} warm-up steps "
               "(frameworks alternate within a repetition). **matched**: both fp32, no gradient checkpointing, "
-              "seq-mean-token-mean aggregation (TRL `loss_type=\"grpo\"`), `torch.optim.AdamW`. **best vs defaults**: "
+              "seq-mean-token-mean aggregation (TRL `loss_type=\"grpo\"`), the same AdamW code "
+              f"(TRL `optim=\"{host.get('creditbench_adamw', 'adamw_torch')}\"`). **best vs defaults**: "
               "creditbench's fastest settings "
               f"({', '.join(f'{k}={v}' for k, v in CREDITBENCH_BEST.items())}) against TRL's defaults (bf16 autocast, "
               "gradient checkpointing, `loss_type=\"dapo\"`, fused AdamW). Floor: bare `generate` + one "
@@ -408,6 +429,7 @@ def main() -> None:
             raise did_you_mean("model size", size, TINY_SIZES)
     threads = a.threads or min(2, torch.get_num_threads())
     host = machine(threads)
+    host["creditbench_adamw"] = optim = creditbench_adamw()  # TRL's matched setting runs the same AdamW code
     load_before = os.getloadavg()
     t_start = time.perf_counter()
     results = []
@@ -422,7 +444,7 @@ def main() -> None:
             for rep in range(a.reps):
                 for framework, setting in runs_to_do():
                     spec = {"framework": framework, "setting": setting, "model_dir": model_dir, "steps": a.steps,
-                            "warmup": a.warmup, "threads": threads}
+                            "warmup": a.warmup, "threads": threads, "trl_optim": optim}
                     res = run_isolated(spec)
                     runs.setdefault(f"{framework}/{setting}", []).append(res)
                     print(json.dumps({"size": size, "rep": rep, "run": f"{framework}/{setting}",

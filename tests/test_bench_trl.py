@@ -28,8 +28,8 @@ def _check(res: dict, steps: int, warmup: int) -> None:
 
 
 def test_creditbench_side_measures_steps_and_tokens(model_dir):
-    res = bench_trl.measure("creditbench", "matched", model_dir, steps=1, warmup=1)
-    _check(res, 1, 1)
+    res = bench_trl.measure("creditbench", "matched", model_dir, steps=1, warmup=0)
+    _check(res, 1, 0)
     b = res["breakdown_s"]
     assert b["time/rollout_s"] > 0 and b["time/update_s"] > 0
 
@@ -39,6 +39,7 @@ def test_trl_side_measures_one_step(model_dir):
     res = bench_trl.measure("trl", "matched", model_dir, steps=1, warmup=0)
     _check(res, 1, 0)
     assert res["trl_loss_type"] == "grpo" and res["trl_bf16"] is False
+    assert res["trl_optim"] == bench_trl.creditbench_adamw()  # the same AdamW code as creditbench's
 
 
 def test_trl_settings_match_creditbench_grpo():
