@@ -8,14 +8,8 @@ from bench import bench_trl
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from bench.policy import build_tiny
-
-    d = tmp_path_factory.mktemp("bench_trl_policy")
-    model, tok = build_tiny("tiny-500k", seed=0)
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
+def model_dir(policy_dir):
+    return str(policy_dir)
 
 
 def _check(res: dict, steps: int, warmup: int) -> None:
