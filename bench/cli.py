@@ -11,20 +11,12 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import warnings
 from pathlib import Path
 
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line ``creditbench: error: ...`` (a CreditBenchError), no usage."""
-
-    def error(self, message: str):
-        from bench.errors import CreditBenchError
-
-        raise CreditBenchError(f"{self.prog}: {message} (see {self.prog} --help)")
+from bench.run.args import ArgumentParser, config_error, train_parser
 
 
 def _quiet() -> None:
@@ -38,24 +30,11 @@ def _quiet() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _train_parser():
-    from jsonargparse import ArgumentParser
-
-    from bench.config import RunConfig
-
-    p = ArgumentParser(prog="creditbench train", description="Train one policy with one method on one task.",
-                       exit_on_error=False, default_env=False)
-    p.add_argument("--config", action="config", help="a run YAML file (see results/configs/)")
-    p.add_argument("--no-progress", action="store_true", help="hide Lightning's progress bars")
-    p.add_class_arguments(RunConfig, None)
-    return p
-
-
 def cmd_train(argv: list[str]) -> int:
     from bench.config import RunConfig
-    from bench.train import resolve, run
+    from bench.run.train import resolve, run
 
-    p = _train_parser()
+    p = train_parser()
     try:
         ns = p.parse_args(argv)
         progress = not ns.pop("no_progress")
@@ -75,50 +54,6 @@ def cmd_train(argv: list[str]) -> int:
           f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
           f"{res['samples']} samples, {res['tokens']} tokens, {res['wall_s']:.0f} s; MLflow run {res['mlflow_run_id']}")
     return 0
-
-
-def _first_line(e: BaseException) -> str:
-    lines = [l.strip() for l in str(e).splitlines() if l.strip() and not l.strip().startswith(("usage:", "tip:"))]
-    text = " ".join(lines[:3]) if lines else type(e).__name__
-    return text[:500]
-
-
-def config_error(e: BaseException) -> str:
-    """jsonargparse's error on one line, with the valid names for an unknown setting and a plain
-    "must be a mapping" for a group of settings given as a single value."""
-    import re
-
-    text = _first_line(e)
-    found = (re.search(r"unrecognized arguments: --([\w.]+)", text) or re.search(r"Option '([\w.]+)' is not accepted", text))
-    group = re.search(r"Group '([\w.]+)' does not accept option '(\w+)'", text)
-    key = f"{group[1]}.{group[2]}" if group else found[1] if found else None
-    if key:
-        return unknown_setting(key) or text
-    section = re.search(r"""Parser key "([\w.]+)": Unable to load config ['"](.*?)['"]""", text)
-    if section:
-        return f"{section[1]} must be a mapping of its settings ({section[1]}: {{...}}), got {section[2]!r}"
-    return text
-
-
-def unknown_setting(key: str) -> str | None:
-    """'unknown setting ... Did you mean ...? Valid settings: ...' for a dotted key of RunConfig."""
-    import dataclasses
-    import typing
-
-    from bench.config import RunConfig
-    from bench.errors import did_you_mean
-
-    cls, done = RunConfig, []
-    for part in key.split("."):
-        fields = [f.name for f in dataclasses.fields(cls)]
-        if part not in fields:
-            prefix = ".".join(done)
-            return str(did_you_mean("setting", ".".join([*done, part]), [f"{prefix}.{n}" if prefix else n for n in fields]))
-        done.append(part)
-        cls = typing.get_type_hints(cls).get(part)
-        if not dataclasses.is_dataclass(cls):
-            return None
-    return None
 
 
 def _fail(msg: str) -> int:
@@ -153,7 +88,7 @@ def cmd_ui(argv: list[str]) -> int:
 def cmd_summarize(argv: list[str]) -> int:
     import yaml
 
-    from bench.report import build_report, load_runs, write_files
+    from bench.report.summary import build_report, load_runs, write_files
 
     ap = ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
@@ -169,10 +104,10 @@ def cmd_summarize(argv: list[str]) -> int:
                           spec.get("budget"), a.sweep, str(spec.get("target_of", "gain")))
     if report["baseline"] not in {r["label"] for r in runs}:
         report["baseline"] = ""
-    from bench.report import markdown
+    from bench.report.summary import markdown
 
     written = write_files(report, Path(a.results_dir) / a.sweep, plots=not a.no_plots)
-    from bench.sweep import log_report
+    from bench.run.sweep import log_report
 
     parent = log_report(a.uri, str(spec.get("experiment", "creditbench")), a.sweep, Path(a.results_dir) / a.sweep)
     print(markdown(report))
@@ -183,8 +118,8 @@ def cmd_summarize(argv: list[str]) -> int:
 
 
 def cmd_sweep(argv: list[str]) -> int:
-    from bench.report import markdown
-    from bench.sweep import load_spec, run_sweep
+    from bench.report.summary import markdown
+    from bench.run.sweep import load_spec, run_sweep
 
     ap = ArgumentParser(prog="creditbench sweep", description="Run a sweep spec: every method x model x "
                                  "seed as its own process and MLflow run, under one parent run; then the report.")
@@ -205,7 +140,7 @@ def cmd_sweep(argv: list[str]) -> int:
         for r in sweep.runs:
             print(f"{r.key}  ({r.cfg.method.name}, {r.cfg.model.name}, seed {r.cfg.seed})")
             if a.plan:
-                from bench.plan import plan
+                from bench.run.plan import plan
 
                 line = plans.get(f"{r.label}/{r.cfg.model.name}") or plan(r.cfg, a.gpu_gb).line()
                 plans[f"{r.label}/{r.cfg.model.name}"] = line  # seeds differ in nothing the plan sees
@@ -238,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "train":
             return cmd_train(rest)
         if cmd == "eval":
-            from bench.evaluate import main as cmd_eval
+            from bench.run.evaluate import main as cmd_eval
 
             return cmd_eval(rest)
         if cmd in ("methods", "tasks"):
@@ -248,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "sweep":
             return cmd_sweep(rest)
         if cmd == "table":
-            from bench.papers import main as cmd_table
+            from bench.report.papers import main as cmd_table
 
             return cmd_table(rest)
         return cmd_summarize(rest)

@@ -9,7 +9,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bench.core import check
-from bench.rollout import SamplingConfig
+
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0
+    """Sampling temperature; 0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 disables it)."""
+    top_k: int = 0
+    """Top-k sampling (0 disables it)."""
+    max_new_tokens: int = 36
+    """Generation budget per completion."""
+
+    def __post_init__(self) -> None:
+        check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
+        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        check(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Runs the RL module in W CPU processes under Lightning's DDP strategy on gloo (W = 1: the
-single-process reference), for tests/test_ddp.py. Lightning's launcher starts the other ranks by
+single-process reference), for tests/engine/test_ddp.py. Lightning's launcher starts the other ranks by
 running this script again with the same arguments, so it is a script, not a pytest test.
 
     python tests/ddp_worker.py update OUT --devices W
@@ -28,11 +28,11 @@ from torch.utils.data import DataLoader  # noqa: E402
 from bench.config import EvalConfig, RLConfig, RunConfig  # noqa: E402
 from bench.core import Outcome, RolloutBatch  # noqa: E402
 from bench.distributed import gather_objects, mean_over_processes, rank  # noqa: E402
-from bench.module import PromptDataModule, RLVRModule  # noqa: E402
-from bench.policy import build_tiny, char_tokenizer  # noqa: E402
+from bench.engine.module import PromptDataModule, RLVRModule  # noqa: E402
+from bench.engine.policy import build_tiny, char_tokenizer  # noqa: E402
 from bench.registry import METHODS, TASKS  # noqa: E402
-from bench.rollout import SamplingConfig  # noqa: E402
-from bench.train import make_strategy  # noqa: E402
+from bench.config import SamplingConfig  # noqa: E402
+from bench.run.train import make_strategy  # noqa: E402
 from methods.grpo import GRPO, GRPOConfig  # noqa: E402
 
 # name -> (method, options): one per aggregation, and the 80/20 rule's batch-wide entropy quantile

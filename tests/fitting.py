@@ -6,8 +6,8 @@ from bench.config import EvalConfig
 def fit_rows(module, task, rl, steps):
     import lightning as L
 
-    from bench.bench_step import MemoryLogger
-    from bench.module import PromptDataModule
+    from bench.perf.step import MemoryLogger
+    from bench.engine.module import PromptDataModule
 
     logger = MemoryLogger()
     trainer = L.Trainer(accelerator="cpu", max_steps=steps * rl.ppo_epochs * rl.minibatches, logger=logger,

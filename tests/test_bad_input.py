@@ -4,9 +4,9 @@ choices where there are some, and is refused before any work starts, leaving wha
 disk exactly as it was (an MLflow store with a run in it, a sweep's results folder, a run's result
 JSON: all hashed before and after; no new MLflow run, no partial files).
 
-What other files already check is not repeated here (tests/test_cli.py, tests/test_sweep.py,
-tests/test_eval_cli.py, tests/test_papers.py); malformed model output and hostile code are
-tests/test_grader.py's and tests/test_sandbox.py's. Every test fails before training starts: a
+What other files already check is not repeated here (tests/test_cli.py, tests/run/test_sweep.py,
+tests/run/test_eval_cli.py, tests/report/test_papers.py); malformed model output and hostile code are
+tests/tasks/test_grader.py's and tests/tasks/test_sandbox.py's. Every test fails before training starts: a
 Lightning Trainer, a sweep's run process or (for ``creditbench eval``) loading a model's weights
 fails the test at once, so an input that is wrongly accepted never starts work.
 """
@@ -30,7 +30,7 @@ from tiny_sweep import SPEC
 
 from bench.cli import main
 from bench.errors import CreditBenchError
-from bench.tracking import check_tracking_uri
+from bench.run.tracking import check_tracking_uri
 
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
 SWEEP = "demo"  # the sweep whose results folder already exists
@@ -123,7 +123,7 @@ class Workspace:
 
 
 def run_result(mlflow_run_id: str) -> dict:
-    """A finished run's result JSON, as bench/train.py writes it."""
+    """A finished run's result JSON, as bench/run/train.py writes it."""
     def ev(p1: float) -> dict:
         return {"pass_at_1": p1, "pass_at_1_se": 0.05, "pass_at_2": p1 + 0.1, "pass_at_2_se": 0.06, "avg_at_2": p1,
                 "num_problems": 12.0, "mean_length": 9.0, "truncated_frac": 0.0, "flexible_avg_at_n": p1,
@@ -208,12 +208,12 @@ def no_work(monkeypatch):
 @pytest.fixture
 def no_weights(monkeypatch):
     """`creditbench eval` must refuse bad input before it loads a model."""
-    import bench.policy
+    import bench.engine.policy
 
     def load_policy(*args, **kwargs):
         raise WorkStarted("the model's weights were being loaded: the bad input was not refused before work started")
 
-    monkeypatch.setattr(bench.policy, "load_policy", load_policy)
+    monkeypatch.setattr(bench.engine.policy, "load_policy", load_policy)
 
 
 def train(capsys, ws: Workspace, *argv):
@@ -329,9 +329,9 @@ TRAIN_CASES = [
 
 @pytest.mark.parametrize("argv, expected", [pytest.param(a, e, id=i) for i, a, e in TRAIN_CASES])
 def test_bad_train_input_is_one_line_and_changes_nothing(capsys, ws, monkeypatch, argv, expected):
-    import bench.rollout
+    import bench.engine.rollout
 
-    monkeypatch.setattr(bench.rollout, "vllm_available", lambda: False)  # a missing vLLM, wherever this runs
+    monkeypatch.setattr(bench.engine.rollout, "vllm_available", lambda: False)  # a missing vLLM, wherever this runs
     code, _, err = train(capsys, ws, *argv)
     assert_names(error_line(code, err), expected)
     ws.assert_unchanged()

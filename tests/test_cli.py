@@ -73,14 +73,14 @@ def test_unknown_command(capsys):
 def test_every_shipped_config_parses_and_resolves():
     from pathlib import Path
 
-    from bench.cli import _train_parser
+    from bench.run.args import train_parser
     from bench.config import RunConfig
-    from bench.train import resolve
+    from bench.run.train import resolve
 
     configs = sorted(Path(__file__).resolve().parent.parent.glob("results/configs/*.yaml"))
     assert configs
     for path in configs:
-        p = _train_parser()
+        p = train_parser()
         ns = p.parse_args(["--config", str(path)])
         ns.pop("no_progress")
         ns.pop("config", None)

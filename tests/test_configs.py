@@ -1,7 +1,7 @@
 """Every shipped config builds short of its weights, and the Hub architectures are the real ones.
 
 For each sweep spec and run config the repository ships, every distinct (method, model) run goes
-through bench.plan.plan: the method and tasks resolve, the tasks' data files load, the policy is
+through bench.run.plan.plan: the method and tasks resolve, the tasks' data files load, the policy is
 built on the meta device with the Hub model's architecture, LoRA and activation checkpointing
 applied, the LightningModule, data module and Lightning strategy constructed. The paper configs
 must also fit their GPUs (80 GB) before activations.
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import CreditBenchError
-from bench.hub_archs import (
+from bench.run.hub_archs import (
     ARCHITECTURES,
     architecture,
     meta_model,
@@ -35,8 +35,8 @@ def _local_data(monkeypatch):
 @needs_data
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_sweep_builds_short_of_its_weights(path):
-    from bench.plan import plan
-    from bench.sweep import load_spec
+    from bench.run.plan import plan
+    from bench.run.sweep import load_spec
 
     sweep = load_spec(path)
     seen, loaded = set(), set()
@@ -55,7 +55,7 @@ def test_every_shipped_sweep_builds_short_of_its_weights(path):
                 assert p.trainable < 0.02 * p.params
             assert p.static_gb < 0.9 * GPU_GB, f"{run.key}: {p.line()}"
             expected = published_params(run.cfg.model.name)
-            assert expected is not None, f"{run.cfg.model.name} has no architecture in bench.hub_archs"
+            assert expected is not None, f"{run.cfg.model.name} has no architecture in bench.run.hub_archs"
             assert p.params == pytest.approx(expected * 1e9, rel=0.015)
 
 
@@ -64,8 +64,8 @@ def test_every_shipped_sweep_builds_short_of_its_weights(path):
 def test_every_shipped_run_config_builds(path):
     import yaml
 
-    from bench.plan import plan
-    from bench.sweep import build_run_config
+    from bench.run.plan import plan
+    from bench.run.sweep import build_run_config
 
     cfg = build_run_config(yaml.safe_load(path.read_text()), str(path))
     assert plan(cfg).params > 0
@@ -82,7 +82,7 @@ def test_hub_architectures_match_their_model_cards(name):
 
 
 def test_paper_sweep_model_overrides_reach_their_runs_only():
-    from bench.sweep import load_spec
+    from bench.run.sweep import load_spec
 
     sweep = load_spec(REPO / "results" / "papers" / "selective_traces.sweep.yaml")
     by_model = {r.cfg.model.name: r.cfg for r in sweep.runs}
@@ -97,7 +97,7 @@ def test_fsdp_strategy_wraps_decoder_layers_with_checkpointing():
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
     from bench.config import RunConfig
-    from bench.train import make_strategy
+    from bench.run.train import make_strategy
 
     cfg = RunConfig()
     cfg.model.name, cfg.model.gradient_checkpointing = "Qwen/Qwen3-8B", True
@@ -119,8 +119,9 @@ def test_unknown_architecture_names_the_known_ones():
 def test_random_checkpoint_loads_through_from_pretrained_and_generates(tmp_path):
     """A cut-down copy of the Qwen3-1.7B architecture (full vocabulary, 1 layer) saved at random init
     loads with the ordinary loading path and samples decodable text: what a GPU throughput run uses."""
-    from bench.policy import load_policy
-    from bench.rollout import HFRolloutEngine, SamplingConfig
+    from bench.engine.policy import load_policy
+    from bench.config import SamplingConfig
+    from bench.engine.rollout import HFRolloutEngine
 
     random_checkpoint("Qwen/Qwen3-1.7B", tmp_path, dtype="float32", num_hidden_layers=1, hidden_size=64,
                       intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
@@ -140,7 +141,7 @@ def test_bench_scale_runs_real_steps_on_a_cut_down_architecture(tmp_path):
 
     out = tmp_path / "scale.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_scale", "--engines", "hf", "--steps", "2", "--prompts", "2",
+        [sys.executable, "-m", "bench.perf.scale", "--engines", "hf", "--steps", "2", "--prompts", "2",
          "--group-size", "2", "--new-tokens", "8", "--minibatches", "1", "--device", "cpu", "--out", str(out),
          "--shrink", "num_hidden_layers=1", "hidden_size=64", "intermediate_size=128", "num_attention_heads=2",
          "num_key_value_heads=1", "head_dim=32", "vocab_size=512"],

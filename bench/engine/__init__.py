@@ -1,0 +1,1 @@
+"""The training engine: the LightningModule, rollout engines, policy loading, checkpoints, metrics."""

@@ -1,0 +1,1 @@
+"""Benchmark scripts and tools: step, methods, engines, verifier, TRL, scale, gold check, UI screenshots."""

@@ -1,0 +1,140 @@
+"""Benchmark: where one RL step's time goes, per tiny size, against its floor.
+
+    python -m bench.perf.step [--sizes tiny-500k tiny-2m tiny-8m] [--steps 6] [--method grpo]
+                               [--task arithmetic] [--out results/benchmarks]
+
+For each size, an RL step of the embedded default (GRPO on arithmetic unless told otherwise;
+16 prompts x G=8, 36 new tokens, fp32) runs through the real Lightning module and is split into rollout (generate), verify, score (the
+forward passes the update cannot provide, e.g. the KL reference) and update (forward, backward,
+clip, AdamW). The floor is what no RL step can avoid: a bare ``generate`` of the same batch plus
+one forward/backward and optimizer step over the same tokens. Both are measured in the same
+process, one after the other, after two warm-up steps; the medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import Logger
+
+from bench.config import EvalConfig, RLConfig
+from bench.engine.module import PromptDataModule, RLVRModule
+from bench.numerics import aggregate
+from bench.engine.policy import build_tiny, num_parameters, score
+from bench.registry import METHODS, TASKS
+
+
+class MemoryLogger(Logger):
+    def __init__(self):
+        super().__init__()
+        self.rows: list[dict[str, float]] = []
+
+    name = property(lambda self: "memory")
+    version = property(lambda self: 0)
+
+    def log_metrics(self, metrics, step=None):
+        self.rows.append(dict(metrics))
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+
+def rl_steps(size: str, steps: int, kl_coef: float, method_name: str, task_name: str) -> list[dict[str, float]]:
+    task = TASKS.get(task_name)()
+    method_cls = METHODS.get(method_name)
+    method = method_cls(method_cls.Config(kl_coef=kl_coef))
+    L.seed_everything(0, verbose=False)
+    model, tok = build_tiny(size)
+    ref = build_tiny(size)[0] if kl_coef > 0 else None
+    rl = RLConfig(steps=steps)
+    module = RLVRModule(model, tok, method, task, task_name, rl, EvalConfig(every=10**6), ref_policy=ref)
+    logger = MemoryLogger()
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=logger, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0)
+    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(), 0))
+    return [r for r in logger.rows if "time/step_s" in r]
+
+
+def floor_steps(size: str, steps: int, task_name: str) -> list[float]:
+    task = TASKS.get(task_name)()
+    rows = list(task.load("eval"))
+    model, tok = build_tiny(size)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    out = []
+    for i in range(steps):
+        prompts = [task.prompt(r) for r in rows[16 * i : 16 * (i + 1)]]
+        t0 = time.perf_counter()
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        ids, mask = enc["input_ids"].repeat_interleave(8, 0), enc["attention_mask"].repeat_interleave(8, 0)
+        with torch.no_grad():
+            seq = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=36,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        comp = seq[:, ids.shape[1] :]
+        cmask = torch.ones_like(comp)
+        s = score(model, ids, mask, comp, cmask, with_entropy=False)
+        aggregate(-s.logprobs, cmask, "token-mean").backward()
+        opt.step()
+        opt.zero_grad()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", nargs="+", default=["tiny-500k", "tiny-2m", "tiny-8m"])
+    ap.add_argument("--steps", type=int, default=6, help="measured steps per setting (after 2 warm-up steps)")
+    ap.add_argument("--method", default="grpo", help="a registered method (its paper config, with beta 0 and 0.04)")
+    ap.add_argument("--task", default="arithmetic", help="a registered task with an eval split")
+    ap.add_argument("--out", default="results/benchmarks")
+    a = ap.parse_args()
+    METHODS.get(a.method), TASKS.get(a.task)  # unknown names fail here, before any work
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    results = []
+    for size in a.sizes:
+        params = num_parameters(build_tiny(size)[0])
+        for kl in (0.0, 0.04):
+            rows = rl_steps(size, a.steps + 2, kl, a.method, a.task)[2:]
+            floor = floor_steps(size, a.steps + 2, a.task)[2:]
+            med = {k: statistics.median(r[k] for r in rows) for k in
+                   ("time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")}
+            tokens = statistics.median(r["train/response_length"] for r in rows) * 128
+            f = statistics.median(floor)
+            results.append({"size": size, "params": params, "kl_coef": kl, **med, "floor_s": f,
+                            "step_over_floor": med["time/step_s"] / f, "gen_tokens_per_step": tokens})
+            print(json.dumps(results[-1]))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    lines = [f"# One {a.method} RL step on {a.task}, broken down ({machine})", "",
+             "16 prompts x G=8, up to 36 new tokens, fp32, median of "
+             f"{a.steps} steps after 2 warm-up steps. Floor = bare generate + one forward/backward + AdamW step "
+             "over the same tokens.", "",
+             "| size | params | KL beta | rollout s | verify s | score s | update s | step s | floor s | step / floor |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['size']} | {r['params']:,} | {r['kl_coef']} | {r['time/rollout_s']:.3f} | {r['time/verify_s']:.3f} "
+                     f"| {r['time/score_s']:.3f} | {r['time/update_s']:.3f} | {r['time/step_s']:.3f} | {r['floor_s']:.3f} "
+                     f"| {r['step_over_floor']:.2f} |")
+    (out / "rl_step.md").write_text("\n".join(lines) + "\n")
+    (out / "rl_step.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    import sys
+
+    from bench.errors import CreditBenchError
+
+    try:
+        main()
+    except CreditBenchError as e:
+        print(f"bench_step: error: {e}", file=sys.stderr)
+        sys.exit(2)

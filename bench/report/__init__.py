@@ -1,0 +1,1 @@
+"""Reports of finished runs: summary tables, statistics, plots, paper tables, credit maps."""

@@ -1,0 +1,1 @@
+"""Running experiments: one run, sweeps, evaluation, the warm start, MLflow tracking, plans."""

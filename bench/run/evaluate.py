@@ -1,0 +1,196 @@
+"""``creditbench eval``: evaluate any checkpoint on any task, the way a user checks a paper's
+released model before comparing against it.
+
+    creditbench eval --model PATH_OR_HUB_ID --task math500 [--n 16 --k 1,4,16]
+                     [--temperature 0.6 --top-p 0.95 --max-new-tokens 3072] [--num-problems N]
+                     [--template qwen-math] [--data-dir DIR] [--allow-code-execution]
+
+It samples ``n`` completions per problem with the HF engine, grades them with the task's
+verifier, and reports unbiased pass@k with standard errors over problems (the same PassAtK metric
+training uses), the flexible-extraction accuracy beside the strict one, mean length, the truncated
+fraction and tokens per correct answer. Everything goes to stdout and to one MLflow run (tag
+``kind=eval``) with a per-problem JSON and a table of completions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.core import build_config, check
+from bench.errors import CreditBenchError
+
+
+def parser() -> argparse.ArgumentParser:
+    from bench.run.args import ArgumentParser
+
+    p = ArgumentParser(prog="creditbench eval", description="Evaluate a checkpoint on a task (pass@k).")
+    p.add_argument("--model", required=True, help="a saved model directory or a Hugging Face Hub id")
+    p.add_argument("--task", required=True, help="a registered task (see `creditbench tasks`)")
+    p.add_argument("--n", type=int, default=16, help="samples per problem (default 16)")
+    p.add_argument("--k", default="1,4,16", help="comma-separated k for pass@k, each <= n (default 1,4,16)")
+    p.add_argument("--num-problems", type=int, default=0, help="evaluate the first N problems (0: all)")
+    p.add_argument("--split", default="eval", help="task split (default eval)")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--max-new-tokens", type=int, default=3072)
+    p.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
+    p.add_argument("--template", default=None, help="the task's prompt template (default: the task's own)")
+    p.add_argument("--data-dir", default=None, help="local directory with the upstream data files "
+                                                    "(default $CREDITBENCH_DATA, else the Hub)")
+    p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other task option (value parsed as JSON when it can be)")
+    p.add_argument("--allow-code-execution", action="store_true",
+                   help="run model-written programs in the sandbox (required by code tasks)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weights dtype (auto: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    p.add_argument("--experiment", default="creditbench-eval")
+    p.add_argument("--run-name", default=None)
+    p.add_argument("--samples-to-log", type=int, default=32, help="completions logged as an MLflow table")
+    p.add_argument("--out", default=None, help="also write the result JSON here")
+    return p
+
+
+def _task_options(a: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in a.task_option:
+        if "=" not in item:
+            raise CreditBenchError(f"--task-option expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    if a.template is not None:
+        options["template"] = a.template
+    if a.data_dir is not None:
+        options["data_dir"] = a.data_dir
+    return options
+
+
+def main(argv: list[str]) -> int:
+    from bench.registry import TASKS
+    from bench.tasks_base import code_execution_allowed, code_execution_refused
+
+    a = parser().parse_args(argv)
+    try:
+        ks = sorted({int(k) for k in a.k.split(",") if k.strip()})
+    except ValueError:
+        raise CreditBenchError(f"--k must be comma-separated integers, got {a.k!r}") from None
+    check(a.n >= 1, f"--n must be >= 1, got {a.n}")
+    check(bool(ks) and all(1 <= k <= a.n for k in ks), f"--k values must lie in [1, n={a.n}] (unbiased pass@k), got {a.k}")
+    check(a.num_problems >= 0 and a.batch_size >= 1 and a.max_new_tokens >= 1,
+          "--num-problems must be >= 0, --batch-size and --max-new-tokens >= 1")
+    task_cls = TASKS.get(a.task)
+    task = task_cls(build_config(task_cls.Config, _task_options(a), f"task {a.task!r}"))
+    if a.split not in task.splits:
+        raise CreditBenchError(f"task {a.task!r} has no {a.split!r} split; valid: {', '.join(task.splits)}")
+    if task.executes_code:
+        if not code_execution_allowed(a.allow_code_execution):
+            raise CreditBenchError(code_execution_refused(a.task))
+        task.allow_code_execution()
+    from bench.engine.policy import TINY_SIZES
+
+    if a.model in TINY_SIZES:
+        raise CreditBenchError(f"--model {a.model!r} is a size, not a checkpoint: give a saved model directory "
+                               f"(e.g. a base checkpoint under .creditbench/cache) or a Hub id")
+    if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
+        raise CreditBenchError(f"model directory {a.model!r} does not exist (give a saved model directory or a Hub id)")
+    from bench.run.tracking import check_tracking_uri
+
+    check_tracking_uri(a.uri)  # before the sampling: an unusable store would otherwise fail only at the end
+    rows = task.load(a.split)  # before the model: a missing data file fails fast
+    if a.num_problems:
+        rows = rows.select(range(min(a.num_problems, len(rows))))
+    result = evaluate(a, task, rows, ks)
+    print(format_result(result))
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]:
+    import mlflow
+    import torch
+
+    from bench.engine.metrics import PassAtK, metric_key
+    from bench.engine.policy import load_policy
+    from bench.config import SamplingConfig
+    from bench.engine.rollout import HFRolloutEngine
+    from bench.run.tracking import git_commit
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = a.dtype if a.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+    sampling = SamplingConfig(temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens)
+    t0 = time.perf_counter()
+    model, tokenizer = load_policy(a.model, dtype)
+    model.to(device).eval()
+    torch.manual_seed(a.seed)
+    engine = HFRolloutEngine(model, tokenizer)
+    metric = PassAtK(ks)
+    per_problem, samples, lengths, truncated, flex = [], [], [], [], []
+    step = max(1, a.batch_size // a.n)  # problems per generate call
+    for start in range(0, len(rows), step):
+        chunk = [rows[i] for i in range(start, min(start + step, len(rows)))]
+        gen = engine.generate([task.prompt(r, tokenizer) for r in chunk], a.n, sampling)
+        expanded = [r for r in chunk for _ in range(a.n)]
+        outcomes = task.verify(gen.texts, expanded, details=True)
+        correct = torch.tensor([o.correct for o in outcomes]).view(len(chunk), a.n)
+        metric.update(correct)
+        lengths += gen.completion_mask.sum(-1).tolist()
+        truncated += gen.truncated.tolist()
+        flex += [bool(o.correct_flexible) for o in outcomes]
+        for j, r in enumerate(chunk):
+            per_problem.append({"id": r["id"], "correct": int(correct[j].sum()), "n": a.n})
+            if len(samples) < a.samples_to_log:
+                o = outcomes[j * a.n]
+                samples.append({"id": r["id"], "completion": gen.texts[j * a.n], "parsed": o.parsed,
+                                "answer": str(r["answer"])[:500], "correct": o.correct, "error": o.error})
+    wall = time.perf_counter() - t0
+    res = metric.compute()
+    lengths_a = np.asarray(lengths, dtype=float)
+    n_correct = int(sum(p["correct"] for p in per_problem))
+    res.update({"flexible_avg_at_n": float(np.mean(flex)), "mean_length": float(lengths_a.mean()),
+                "truncated_frac": float(np.mean(truncated)),
+                "tokens_per_correct": float(lengths_a.sum() / n_correct) if n_correct else float("nan"),
+                "wall_s": wall})
+    run_name = a.run_name or f"eval-{a.task}-{Path(a.model.rstrip('/')).name}"
+    mlflow.set_tracking_uri(a.uri)
+    try:
+        mlflow.set_experiment(a.experiment)
+    except Exception as e:  # an unusable store raises many types
+        raise CreditBenchError(f"cannot use MLflow tracking URI {a.uri!r}: {str(e).splitlines()[0][:300]}") from None
+    tags = {"kind": "eval", "task": a.task, "task_version": task.VERSION, "model": a.model, "git_commit": git_commit()}
+    with mlflow.start_run(run_name=run_name, tags=tags) as run:
+        mlflow.log_params({"model": a.model, "task": a.task, "split": a.split, "n": a.n, "k": a.k,
+                           "num_problems": len(rows), "temperature": a.temperature, "top_p": a.top_p,
+                           "max_new_tokens": a.max_new_tokens, "template": task.config.template,
+                           "dtype": dtype, "seed": a.seed, "device": device})
+        mlflow.log_metrics({metric_key("eval", a.task, k): v for k, v in res.items() if np.isfinite(v)})
+        mlflow.log_dict({"per_problem": per_problem}, "per_problem.json")
+        if samples:
+            mlflow.log_table({k: [s[k] for s in samples] for k in samples[0]}, artifact_file="completions.json")
+        run_id = run.info.run_id
+    return {"model": a.model, "task": a.task, "task_version": task.VERSION, "split": a.split, "n": a.n, "ks": ks,
+            "num_problems": len(rows), "metrics": res, "mlflow_run_id": run_id, "per_problem": per_problem}
+
+
+def format_result(r: dict[str, Any]) -> str:
+    m = r["metrics"]
+    lines = [f"{r['model']} on {r['task']} (v{r['task_version']}, {r['num_problems']} problems, n={r['n']}):"]
+    for k in sorted({1, *r["ks"]}):
+        lines.append(f"  pass@{k:<3} {m[f'pass_at_{k}']:.4f} +/- {m[f'pass_at_{k}_se']:.4f} (SE over problems)")
+    lines.append(f"  strict avg@{r['n']} {m['pass_at_1']:.4f}   flexible avg@{r['n']} {m['flexible_avg_at_n']:.4f}")
+    lines.append(f"  mean length {m['mean_length']:.1f} tokens, truncated {m['truncated_frac']:.3f}, "
+                 f"tokens/correct {m['tokens_per_correct']:.1f}, {m['wall_s']:.1f} s")
+    lines.append(f"  MLflow run {r['mlflow_run_id']}")
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bench.engine.metrics import PassAtK, metric_key, pass_at_k, standard_error
+
+
+def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
+    """Fraction of all k-subsets of n samples (c of them correct) that contain a correct one."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 10])
+def test_pass_at_k_matches_enumeration(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(n, c, k), abs=1e-12)
+
+
+def test_pass_at_1_is_fraction_correct_and_naive_estimator_is_biased():
+    assert pass_at_k(16, 4, 1) == pytest.approx(0.25)
+    # naive 1-(1-p)^k differs from the unbiased value: 1 - C(12,4)/C(16,4) = 1 - 495/1820
+    assert pass_at_k(16, 4, 4) == pytest.approx(1 - 495 / 1820)
+    assert 1 - (1 - 0.25) ** 4 != pytest.approx(pass_at_k(16, 4, 4))
+
+
+def test_pass_at_k_rejects_k_above_n():
+    with pytest.raises(ValueError, match="k <= n"):
+        pass_at_k(4, 1, 5)
+
+
+def test_pass_at_k_metric_mean_and_standard_error():
+    m = PassAtK(ks=[1, 2])
+    # problem A: 1 of 4 correct, B: 4 of 4, C: 0 of 4
+    m.update(torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool))
+    m.update(torch.tensor([[0, 0, 0, 0]], dtype=torch.bool))
+    out = m.compute()
+    p1 = np.array([0.25, 1.0, 0.0])
+    p2 = np.array([1 - 3 / 6, 1.0, 0.0])  # C(3,2)/C(4,2) = 3/6 for problem A
+    assert out["pass_at_1"] == pytest.approx(p1.mean())
+    assert out["pass_at_2"] == pytest.approx(p2.mean())
+    assert out["pass_at_1_se"] == pytest.approx(p1.std(ddof=1) / math.sqrt(3))
+    assert out["avg_at_4"] == pytest.approx(p1.mean())
+    assert out["num_problems"] == 3
+
+
+def test_pass_at_k_metric_needs_enough_samples():
+    m = PassAtK(ks=[4])
+    m.update(torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="at least 4 samples"):
+        m.compute()
+
+
+def test_metric_keys_are_mlflow_safe():
+    assert metric_key("eval", "math500", "pass@16") == "eval/math500/pass_at_16"
+    assert metric_key("eval", "a,b(c)", "x") == "eval/a_b_c_/x"
+    assert math.isnan(standard_error(np.array([1.0])))
+
+
+def test_pass_at_1_is_always_reported():
+    m = PassAtK(ks=[2])
+    m.update(torch.tensor([[1, 0], [0, 0]], dtype=torch.bool))
+    out = m.compute()
+    assert out["pass_at_1"] == pytest.approx(0.25) and out["pass_at_2"] == pytest.approx(0.5)

@@ -1,0 +1,103 @@
+"""End to end: warm-start a tiny policy, train it with GRPO through Lightning, and find the run,
+its metrics, params, tags and artifacts in the MLflow store. The run must learn."""
+
+import json
+import sqlite3
+
+import pytest
+
+from bench.config import EvalConfig, MethodSpec, ModelConfig, RLConfig, RunConfig, TaskSpec, TrackingConfig, WarmStartConfig
+from bench.run.train import run
+
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    return {"uri": f"sqlite:///{root / 'mlflow.db'}", "db": root / "mlflow.db", "cache": str(root / "cache"),
+            "results": str(root / "results")}
+
+
+def config(store, **kw) -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(name="tiny-500k"), task=TaskSpec(), method=MethodSpec(options={"kl_coef": 0.0}),
+        rl=RLConfig(steps=30, prompts_per_step=16, group_size=8, lr=1e-4),
+        eval=EvalConfig(every=30, n=4, k=[1, 4], num_problems=200),
+        warmstart=WarmStartConfig(),
+        tracking=TrackingConfig(uri=store["uri"], cache_dir=store["cache"], sweep="e2e", results_dir=store["results"]),
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def result(store):
+    return run(config(store), progress=False)
+
+
+def test_grpo_run_learns(result):
+    base, final, d = result["base"], result["final"], result["delta_pass_at_1"]
+    assert 0.05 < base["pass_at_1"] < 0.7, "the warm-started base must leave room for RL"
+    assert d["delta"] > 2 * d["se"], f"pass@1 {base['pass_at_1']:.3f} -> {final['pass_at_1']:.3f}, paired SE {d['se']:.3f}"
+    assert final["pass_at_4"] >= final["pass_at_1"]
+    assert result["samples"] == 30 * 16 * 8 and result["tokens"] > 0
+
+
+def test_mlflow_store_holds_the_runs(result, store):
+    import mlflow
+
+    client = mlflow.MlflowClient(store["uri"])
+    run_ = client.get_run(result["mlflow_run_id"])
+    assert run_.info.status == "FINISHED"
+    tags = run_.data.tags
+    assert (tags["method"], tags["task"], tags["model"], tags["seed"]) == ("grpo", "arithmetic", "tiny-500k", "0")
+    assert tags["task_version"] == "1" and tags["git_commit"]
+    params = run_.data.params
+    assert params["rl.group_size"] == "8" and params["method.options.clip_eps"] == "0.2"
+    history = client.get_metric_history(run_.info.run_id, "eval/arithmetic/pass_at_1")
+    assert [m.step for m in history] == [0, 30]
+    assert history[-1].value == pytest.approx(result["final"]["pass_at_1"])
+    assert len(client.get_metric_history(run_.info.run_id, "train/reward")) == 30
+    for key in ("train/entropy", "train/clip_frac", "train/grad_norm", "train/samples", "train/tokens",
+                "train/response_length", "eval/arithmetic/pass_at_4", "eval/arithmetic/avg_at_4"):
+        assert client.get_metric_history(run_.info.run_id, key), key
+    artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
+    assert "config.yaml" in artifacts and "completions" in artifacts
+    table = client.list_artifacts(run_.info.run_id, "completions")
+    assert len(table) == 2
+    warm = client.search_runs([client.get_experiment_by_name("creditbench-warmstart").experiment_id])
+    assert len(warm) == 1 and warm[0].data.metrics["warmstart/check_accuracy"] >= 0.25
+    summary = json.loads((__import__("pathlib").Path(store["results"]) / "e2e" / "runs" / f"{result['run_name']}.json").read_text())
+    assert summary["mlflow_run_id"] == result["mlflow_run_id"]
+
+
+def test_report_of_the_run(result, store):
+    from pathlib import Path
+
+    from bench.report.summary import build_report, load_runs, markdown, write_files
+
+    report = build_report(load_runs(store["results"], "e2e"), "grpo", 0.9, None, "e2e")
+    write_files(report, Path(store["results"]) / "e2e", plots=False)
+    (row,) = report["rows"]
+    assert (row["method"], row["model"], row["seeds"]) == ("grpo", "tiny-500k", [0])
+    assert row["metrics"]["pass_at_1"]["mean"] == pytest.approx(result["final"]["pass_at_1"])
+    assert row["metrics"]["samples_to_target"]["mean"] is not None  # the baseline reaches 90% of its own final
+    assert "| tiny-500k | grpo | 1 |" in markdown(report)
+    csv_text = (Path(store["results"]) / "e2e" / "summary.csv").read_text().splitlines()
+    assert csv_text[0].startswith("model,params,method") and len(csv_text) == 2
+    probe = result["credit_probe"]
+    assert probe is not None and len(probe["credit"]) == len(probe["completion_tokens"]) > 0
+
+
+def test_warmstart_is_deterministic_for_a_seed(tmp_path, store):
+    from bench.registry import TASKS
+    from bench.run.warmstart import base_checkpoint
+    from safetensors.torch import load_file
+
+    task = TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(num_operands=2, train_size=2000))
+    cfg = WarmStartConfig(max_steps=15, target_accuracy=1.0, check_every=10)
+    a = base_checkpoint("arithmetic", task, "tiny-500k", cfg, str(tmp_path / "a"), store["uri"], progress=False)
+    b = base_checkpoint("arithmetic", task, "tiny-500k", cfg, str(tmp_path / "b"), store["uri"], progress=False)
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+    # cached: asking again reuses the checkpoint without training
+    assert base_checkpoint("arithmetic", task, "tiny-500k", cfg, str(tmp_path / "a"), store["uri"]) == a

@@ -1,0 +1,187 @@
+"""Sweeps: a spec is validated before anything starts; a sweep killed mid-run and started again
+finds every run exactly once in MLflow, complete, and reports what an uninterrupted sweep does."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.errors import CreditBenchError
+from bench.run.sweep import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+from tiny_sweep import SPEC
+
+
+def write_spec(tmp_path: Path, **changes) -> Path:
+    spec = {**SPEC, **changes}
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def sweep_cmd(spec: Path, env: dict) -> list[str]:
+    return [sys.executable, "-m", "bench.cli", "sweep", str(spec), "--results-dir", env["RESULTS"], "--uri", env["URI"]]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, warm_cache):
+    root = tmp_path_factory.mktemp("sweep")
+    e = {**os.environ, "URI": f"sqlite:///{root / 'mlflow.db'}", "RESULTS": str(root / "results"),
+         "CREDITBENCH_CACHE": warm_cache, "ROOT": str(root)}
+    e["MLFLOW_TRACKING_URI"] = e["URI"]
+    return e
+
+
+# ------------------------------------------------------------------ bad specs fail before any run
+@pytest.mark.parametrize("change, message", [
+    ({"methods": ["grpo", "grpoo"]}, "unknown method 'grpoo'"),
+    ({"tasks": ["arithmetik"]}, "unknown task 'arithmetik'"),
+    ({"models": ["tiny-3m"]}, "unknown model size 'tiny-3m'"),
+    ({"budget": None}, "budget"),
+    ({"budget": {"steps": 10}}, "budget must be one of {samples: N} or {tokens: N}"),
+    ({"budget": {"samples": -5}}, "budget samples must be a positive integer"),
+    ({"eval": {"n": 2, "k": [1, 4]}}, "eval.k must lie in [1, eval.n=2]"),
+    ({"baseline": "dapo"}, "baseline 'dapo' is not one of the sweep's method labels"),
+    ({"seeds": ["zero"]}, "seeds must be integers"),
+    ({"target_of": "best"}, "target_of must be one of gain, final"),
+    ({"methodz": ["grpo"]}, "unknown sweep spec"),
+    ({"methods": [{"name": "grpo", "options": {"clip": 0.3}}]}, "has no option 'clip'"),
+    ({"overrides": {"rl.lr": -1}}, "rl.lr must be > 0"),
+    ({"methods": ["grpo", {"name": "grpo"}]}, "used twice"),
+])
+def test_bad_spec_fails_before_any_run(tmp_path, change, message):
+    spec = {k: v for k, v in {**SPEC, **change}.items() if v is not None}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(CreditBenchError) as e:
+        load_spec(path)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_spec_on_the_command_line_starts_nothing(tmp_path, env):
+    path = write_spec(tmp_path, name="bad", methods=["grpo", "s-trace"])
+    results, db = tmp_path / "results", tmp_path / "m.db"
+    p = subprocess.run([sys.executable, "-m", "bench.cli", "sweep", str(path), "--results-dir", str(results),
+                        "--uri", f"sqlite:///{db}"], capture_output=True, text=True, cwd=REPO, env=env)
+    assert p.returncode == 2
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "unknown method 's-trace'" in err[0] and "s_trace" in err[0], p.stderr
+    assert not results.exists() and not db.exists()
+
+
+def test_spec_expands_methods_models_seeds(tmp_path):
+    path = write_spec(tmp_path, methods=["all", {"name": "arca", "overrides": {"model.lora.rank": 4}}],
+                      models=["tiny-500k", "tiny-2m"], seeds=[3])
+    sweep = load_spec(path)
+    from bench.registry import METHODS
+
+    assert sorted(sweep.labels) == sorted(METHODS.names())
+    assert len(sweep.runs) == 2 * len(METHODS.names())
+    arca = next(r for r in sweep.runs if r.label == "arca")
+    assert arca.cfg.model.lora.rank == 4 and arca.cfg.seed == 3
+    grpo = next(r for r in sweep.runs if r.label == "grpo")
+    assert grpo.cfg.rl.budget_samples == 160 and grpo.cfg.rl.steps == 5  # 160 samples at 4 x 8 per step
+    assert grpo.cfg.eval.n == 2 and grpo.cfg.rl.sampling.max_new_tokens == 20
+    assert grpo.key == "grpo-arithmetic-tiny-500k-seed3"
+
+
+# ------------------------------------------------------------------ interrupt and resume
+def _sweep_runs(uri: str, sweep: str):
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name("creditbench")
+    return client, client.search_runs([exp.experiment_id], f"tags.sweep = '{sweep}'")
+
+
+def _training(uri: str, sweep: str) -> bool:
+    """Whether a run of the sweep is under way (its MLflow run exists and is RUNNING)."""
+    try:
+        client, runs = _sweep_runs(uri, sweep)
+    except Exception:  # the store or the experiment may not exist yet
+        return False
+    return any(r.info.status == "RUNNING" for r in runs if r.data.tags.get("kind") == "rl")
+
+
+def _comparable(report: dict) -> dict:
+    """The report without what legitimately differs between two sweeps: names, run time."""
+    rows = []
+    for r in report["rows"]:
+        metrics = {k: v for k, v in r["metrics"].items() if k != "wall_s"}
+        rows.append({**r, "metrics": metrics})
+    return {"rows": rows, "credit_maps": report["credit_maps"], "runs": report["runs"]}
+
+
+def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
+    whole = write_spec(tmp_path, name="whole", seeds=[0])
+    p = subprocess.run(sweep_cmd(whole, env), capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    reference = json.loads((Path(env["RESULTS"]) / "whole" / "report.json").read_text())
+    again = subprocess.run(sweep_cmd(whole, env), capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert again.returncode == 0 and "2 finished, 0 to run" in again.stdout, again.stderr[-2000:]
+
+    spec = write_spec(tmp_path, name="cut", seeds=[0])
+    runs_dir = Path(env["RESULTS"]) / "cut" / "runs"
+    proc = subprocess.Popen(sweep_cmd(spec, env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+                            env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline:  # kill once one run finished and the next one is training
+            if list(runs_dir.glob("*.json")) and _training(env["URI"], "cut"):
+                break
+            assert proc.poll() is None, "the sweep ended before it could be interrupted"
+            time.sleep(0.5)
+        time.sleep(1)
+        os.kill(proc.pid, signal.SIGKILL)  # the sweep process only: its run dies with it
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    finished = len(list(runs_dir.glob("*.json")))
+    time.sleep(5)
+    assert len(list(runs_dir.glob("*.json"))) == finished, "a run outlived the killed sweep"
+    assert finished == 1, f"the kill should land in the second run, {finished} of 2 runs had finished"
+    client, before = _sweep_runs(env["URI"], "cut")
+    assert any(r.info.status == "RUNNING" for r in before if r.data.tags.get("kind") == "rl"), \
+        "the interrupted run should be left RUNNING in the store"
+
+    p = subprocess.run(sweep_cmd(spec, env), capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "1 finished, 1 to run" in p.stdout
+
+    client, after = _sweep_runs(env["URI"], "cut")
+    children = [r for r in after if r.data.tags.get("kind") == "rl"]
+    parents = [r for r in after if r.data.tags.get("kind") == "sweep"]
+    keys = sorted(r.data.tags["run_key"] for r in children)
+    assert keys == ["grpo-arithmetic-tiny-500k-seed0", "gspo-arithmetic-tiny-500k-seed0"], keys  # each once
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    for r in children:
+        assert r.info.status == "FINISHED"
+        assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        steps = int(r.data.metrics["train/samples"]) // 32
+        train = [m.step for m in client.get_metric_history(r.info.run_id, "train/reward")]
+        assert train == list(range(1, steps + 1)), train  # every step once
+        evals = [m.step for m in client.get_metric_history(r.info.run_id, "eval/arithmetic/pass_at_1")]
+        assert evals == [0, 2, 4, 5], evals
+    cut = json.loads((Path(env["RESULTS"]) / "cut" / "report.json").read_text())
+    assert _comparable(cut) == _comparable(reference)
+    assert {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")} >= {
+        "report/report.json", "report/summary.md", "report/summary.csv", "report/pass1_vs_samples.png"}
+    # the report rewritten from the finished runs is the same, and goes to the parent run again
+    p = subprocess.run([sys.executable, "-m", "bench.cli", "summarize", "--sweep", "cut", "--results-dir", env["RESULTS"],
+                        "--uri", env["URI"], "--no-plots"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert p.returncode == 0 and parents[0].info.run_id in p.stdout, p.stderr[-2000:]
+    again = json.loads((Path(env["RESULTS"]) / "cut" / "report.json").read_text())
+    assert _comparable(again) == _comparable(cut)
+    local = client.download_artifacts(parents[0].info.run_id, "report/summary.md", str(tmp_path))
+    assert Path(local).read_text() == (Path(env["RESULTS"]) / "cut" / "summary.md").read_text()
+
