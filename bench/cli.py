@@ -1,12 +1,12 @@
 """The ``creditbench`` command line.
 
-    creditbench train --config run.yaml [--rl.steps 50 ...]   one RL run (typed YAML config)
-    creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of a checkpoint
-    creditbench sweep SPEC.yaml [--jobs N] [--dry-run]         methods x models x seeds, then the report
-    creditbench summarize --sweep NAME                         (re)write results/<NAME>/ report, tables, plots
-    creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
-    creditbench methods | tasks                                list the registries
-    creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
+creditbench train --config run.yaml [--rl.steps 50 ...]   one RL run (typed YAML config)
+creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of a checkpoint
+creditbench sweep SPEC.yaml [--jobs N] [--dry-run]         methods x models x seeds, then the report
+creditbench summarize --sweep NAME                         (re)write results/<NAME>/ report, tables, plots
+creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
+creditbench methods | tasks                                list the registries
+creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
 """
 
 from __future__ import annotations
@@ -17,13 +17,16 @@ import warnings
 from pathlib import Path
 
 from bench.run.args import ArgumentParser, config_error, train_parser
+from bench.run.tracking import default_uri
 
 
 def _quiet() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
-    warnings.filterwarnings("ignore", message=".*(LeafSpec|eval mode|litlogger|does not have many workers|is_gradient_checkpointing).*")
+    warnings.filterwarnings(
+        "ignore", message=".*(LeafSpec|eval mode|litlogger|does not have many workers|is_gradient_checkpointing).*"
+    )
     for name in ("transformers", "lightning.pytorch.utilities.rank_zero", "lightning.fabric"):
         import logging
 
@@ -50,9 +53,11 @@ def cmd_train(argv: list[str]) -> int:
     if rank() > 0:  # the other processes of a multi-process run: rank 0 reports
         return 0
     b, f, d = res["base"], res["final"], res["delta_pass_at_1"]
-    print(f"{res['run_name']}: eval pass@1 {b['pass_at_1']:.3f} -> {f['pass_at_1']:.3f} "
-          f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
-          f"{res['samples']} samples, {res['tokens']} tokens, {res['wall_s']:.0f} s; MLflow run {res['mlflow_run_id']}")
+    print(
+        f"{res['run_name']}: eval pass@1 {b['pass_at_1']:.3f} -> {f['pass_at_1']:.3f} "
+        f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
+        f"{res['samples']} samples, {res['tokens']} tokens, {res['wall_s']:.0f} s; MLflow run {res['mlflow_run_id']}"
+    )
     return 0
 
 
@@ -75,41 +80,61 @@ def cmd_list(kind: str) -> int:
 
 def cmd_ui(argv: list[str]) -> int:
     ap = ArgumentParser(prog="creditbench ui", description="Serve the MLflow UI on 127.0.0.1.")
-    ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    ap.add_argument("--uri", default=default_uri())
     ap.add_argument("--port", type=int, default=5000)
     a = ap.parse_args(argv)
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", a.uri, "--host", "127.0.0.1",
-           "--port", str(a.port), "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        a.uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(a.port),
+        "--workers",
+        "1",
+    ]
     print(f"MLflow UI for {a.uri} on http://127.0.0.1:{a.port} (Ctrl-C to stop)")
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job workers
     os.execv(sys.executable, cmd)
 
 
 def cmd_summarize(argv: list[str]) -> int:
-    import yaml
-
-    from bench.report.summary import build_report, load_runs, write_files
+    from bench.report.summary import build_report, load_runs, markdown, write_files
+    from bench.run.spec import SweepSpec, read_spec
+    from bench.run.sweep import log_report
 
     ap = ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"),
-                    help="MLflow store whose parent run of the sweep gets the report (skipped if it has none)")
+    ap.add_argument(
+        "--uri",
+        default=default_uri(),
+        help="MLflow store whose parent run of the sweep gets the report (skipped if it has none)",
+    )
     a = ap.parse_args(argv)
-    spec_path = Path(a.results_dir) / a.sweep / "sweep.yaml"
-    spec = (yaml.safe_load(spec_path.read_text()) or {}) if spec_path.is_file() else {}
+    out = Path(a.results_dir) / a.sweep
     runs = load_runs(a.results_dir, a.sweep)
-    report = build_report(runs, str(spec.get("baseline", "grpo")), float(spec.get("target", 0.9)),
-                          spec.get("budget"), a.sweep, str(spec.get("target_of", "gain")))
-    if report["baseline"] not in {r["label"] for r in runs}:
+    spec = read_spec(out / "sweep.yaml") if (out / "sweep.yaml").is_file() else None  # the spec the sweep ran
+    settings = (
+        {}
+        if spec is None
+        else {
+            "baseline": spec.baseline,
+            "target": spec.target,
+            "budget": spec.budget.as_dict(),
+            "target_of": spec.target_of,
+        }
+    )
+    report = build_report(runs, sweep=a.sweep, **settings)
+    if report["baseline"] not in {r.label for r in runs}:
         report["baseline"] = ""
-    from bench.report.summary import markdown
-
-    written = write_files(report, Path(a.results_dir) / a.sweep, plots=not a.no_plots)
-    from bench.run.sweep import log_report
-
-    parent = log_report(a.uri, str(spec.get("experiment", "creditbench")), a.sweep, Path(a.results_dir) / a.sweep)
+    written = write_files(report, out, plots=not a.no_plots)
+    parent = log_report(a.uri, spec.experiment if spec else SweepSpec.experiment, a.sweep, out)
     print(markdown(report))
     print("\nwritten: " + ", ".join(str(p) for p in written))
     if parent:
@@ -118,23 +143,30 @@ def cmd_summarize(argv: list[str]) -> int:
 
 
 def cmd_sweep(argv: list[str]) -> int:
-    from bench.report.summary import markdown
+    from bench.report.summary import markdown, write_report
     from bench.run.sweep import load_spec, run_sweep
 
-    ap = ArgumentParser(prog="creditbench sweep", description="Run a sweep spec: every method x model x "
-                                 "seed as its own process and MLflow run, under one parent run; then the report.")
+    ap = ArgumentParser(
+        prog="creditbench sweep",
+        description="Run a sweep spec: every method x model x "
+        "seed as its own process and MLflow run, under one parent run; then the report.",
+    )
     ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
     ap.add_argument("--results-dir", default="results")
-    ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    ap.add_argument("--uri", default=default_uri())
     ap.add_argument("--dry-run", action="store_true", help="validate the spec and list its runs; start nothing")
-    ap.add_argument("--plan", action="store_true", help="with --dry-run: also build each run short of its weights "
-                    "(data files, the model on the meta device, LoRA, strategy) and estimate its memory")
+    ap.add_argument(
+        "--plan",
+        action="store_true",
+        help="with --dry-run: also build each run short of its weights "
+        "(data files, the model on the meta device, LoRA, strategy) and estimate its memory",
+    )
     ap.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory vLLM's share is taken of, for --plan")
     a = ap.parse_args(argv)
     if a.jobs < 1:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
-    sweep = load_spec(a.spec, a.results_dir)
+    sweep = load_spec(a.spec)
     if a.dry_run:
         plans: dict[str, str] = {}
         for r in sweep.runs:
@@ -147,15 +179,22 @@ def cmd_sweep(argv: list[str]) -> int:
                 print(f"    {line}")
         print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
         return 0
-    report = run_sweep(sweep, a.jobs, a.results_dir, a.uri)
+    report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri)
     print(markdown(report))
     print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
     return 0
 
 
-COMMANDS = {"train": "one RL run", "eval": "pass@k of a checkpoint on a task", "sweep": "run a sweep spec",
-            "summarize": "report of a sweep", "table": "a paper's numbers beside this suite's",
-            "methods": "list methods", "tasks": "list tasks", "ui": "MLflow UI on 127.0.0.1"}
+COMMANDS = {
+    "train": "one RL run",
+    "eval": "pass@k of a checkpoint on a task",
+    "sweep": "run a sweep spec",
+    "summarize": "report of a sweep",
+    "table": "a paper's numbers beside this suite's",
+    "methods": "list methods",
+    "tasks": "list tasks",
+    "ui": "MLflow UI on 127.0.0.1",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""The typed core that methods and tasks plug into.
+"""The typed core that methods and tasks plug into: the rollout batch, a verifier's Outcome, the
+task contract (Task, TaskConfig and the opt-in to run model-written code) and the method contract.
 
 Shapes: ``B`` completions (``G`` per prompt, grouped by ``group_ids``), ``T`` completion tokens
 (right-padded), ``P`` prompt tokens (left-padded). Every per-token tensor a method sees or returns
@@ -8,6 +9,7 @@ is ``[B, T]`` and aligned with ``completion_ids``; masked positions carry no mea
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -127,6 +129,64 @@ class Outcome:
     error: str | None = None  # why it was graded wrong without a verdict: "timeout", "no answer", a sandbox limit
 
 
+# ------------------------------------------------------------------------------------- tasks
+CODE_EXECUTION_ENV = "CREDITBENCH_ALLOW_CODE_EXECUTION"
+
+
+def code_execution_allowed(flag: bool = False) -> bool:
+    """The explicit opt-in to run model-written code: the flag, or $CREDITBENCH_ALLOW_CODE_EXECUTION=1."""
+    return flag or os.environ.get(CODE_EXECUTION_ENV, "") == "1"
+
+
+def code_execution_refused(task: str) -> str:
+    return (
+        f"task {task!r} runs model-written code; it only does so when you opt in with --allow-code-execution "
+        f"(creditbench eval), allow_code_execution: true (run config) or {CODE_EXECUTION_ENV}=1. "
+        f"Programs run in tasks/sandbox.py's sandbox, which limits but cannot guarantee containment"
+    )
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Options every task has; subclasses add their own."""
+
+    template: str = "compact"
+    """Prompt template: 'compact' for the tiny character-level models, 'instruct' for chat/instruct models."""
+
+
+class Task:
+    """A dataset with a prompt format and a verifier. A task module in ``tasks/`` subclasses it and
+    registers it with ``@TASKS.register(name)``; the engine only ever talks to this interface.
+
+    Rows of :meth:`load` have at least ``id``, ``question`` and ``answer`` (the gold answer as a
+    string); tasks that support the supervised warm-start also have ``solution``.
+    """
+
+    Config: ClassVar[type[TaskConfig]] = TaskConfig
+    name: ClassVar[str] = ""
+    """The registered name (set by ``TASKS.register``)."""
+    VERSION: ClassVar[str] = "0"
+    description: ClassVar[str] = ""
+    splits: ClassVar[tuple[str, ...]] = ("train", "eval")
+    executes_code: ClassVar[bool] = False
+    """True for tasks whose verifier runs model-written programs: they only run after an explicit
+    opt-in (``allow_code_execution`` / ``--allow-code-execution`` / $CREDITBENCH_ALLOW_CODE_EXECUTION=1)."""
+
+    def __init__(self, config: TaskConfig | None = None):
+        self.config = config if config is not None else self.Config()
+
+    def load(self, split: str):  # -> datasets.Dataset
+        raise NotImplementedError
+
+    def prompt(self, row: dict[str, Any], tokenizer=None) -> str:
+        raise NotImplementedError
+
+    def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
+        """One Outcome per completion. ``details=False`` (training rollouts) may skip what only
+        reports need, e.g. the flexible extraction; reward and correctness must not change."""
+        raise NotImplementedError
+
+
 # ----------------------------------------------------------------------------------- methods
 @dataclass(frozen=True)
 class MethodConfig:
@@ -141,9 +201,7 @@ class MethodConfig:
         from bench.numerics import AGGREGATIONS
 
         if self.aggregation not in AGGREGATIONS:
-            raise CreditBenchError(
-                f"unknown aggregation {self.aggregation!r}; valid: {', '.join(AGGREGATIONS)}"
-            )
+            raise CreditBenchError(f"unknown aggregation {self.aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
         check(self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}")
 
 
@@ -233,7 +291,8 @@ def _type_mismatch(value: Any, hint: Any) -> str | None:
         options = [_type_mismatch(value, a) for a in args if a is not type(None)]
         return None if any(o is None for o in options) else " or ".join(o for o in options if o)
     if origin is typing.Literal:
-        return None if value in args else "one of " + ", ".join(map(repr, args))
+        # Which value is the config's own check (Python builds configs too): it names the valid ones.
+        return None
     if hint is bool:
         return None if isinstance(value, bool) else "true or false (bool)"
     if hint is int:
@@ -256,4 +315,3 @@ def _type_mismatch(value: Any, hint: Any) -> str | None:
 def check(cond: bool, message: str) -> None:
     if not cond:
         raise CreditBenchError(message)
-

@@ -24,11 +24,14 @@ Two alignments, both returning for every token of the source whether it is *edit
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import numpy as np
 import torch
 from torch import Tensor
 
-ALIGNMENTS = ("diff", "prefix_suffix")
+Alignment = Literal["diff", "prefix_suffix"]
 
 
 class LCSReferences:
@@ -132,7 +135,7 @@ def common_prefix_suffix(a: Tensor, len_a: Tensor, b: Tensor, len_b: Tensor) -> 
 
 
 def align_to_nearest(
-    ids: Tensor, lengths: Tensor, group_ids: Tensor, sources: Tensor, references: Tensor, alignment: str
+    ids: Tensor, lengths: Tensor, group_ids: Tensor, sources: Tensor, references: Tensor, alignment: Alignment
 ) -> tuple[Tensor, Tensor]:
     """For every source row with at least one reference row in its group, pick the nearest
     reference and mark the source's edited tokens.
@@ -159,7 +162,7 @@ def align_to_nearest(
         edited[src[chosen]] = (t >= start) & (t < end)
         return nearest, edited
     if alignment != "diff":
-        raise ValueError(f"unknown alignment {alignment!r}; valid: {', '.join(ALIGNMENTS)}")
+        raise ValueError(f"unknown alignment {alignment!r}; valid: {', '.join(typing.get_args(Alignment))}")
     # The LCS runs on Python integers: bring the rows involved to the CPU once.
     cpu_ids, cpu_len, cpu_pairs, cpu_groups = ids.cpu(), lengths.tolist(), pairs.cpu(), group_ids.cpu()
     nearest, edited = nearest.cpu(), edited.cpu()

@@ -35,6 +35,7 @@ Only the salience and the diagnostics' names are verified (methods.md section 8)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -42,9 +43,14 @@ from torch import Tensor
 from bench.core import RolloutBatch, check
 from bench.errors import CreditBenchError
 from bench.registry import METHODS
+from methods.common import check_choice
 from methods.grpo import GRPO, GRPOConfig
 
-SIGNALS = {
+Signal = Literal["residual", "surprisal", "entropy_reduction", "policy_divergence"]
+Normalise = Literal["sum", "softmax"]
+Hidden = Literal["post_norm", "pre_norm"]
+# What the engine computes for each signal (added to ``required``).
+SIGNALS: dict[str, frozenset[str]] = {
     "residual": frozenset({"hidden_residual"}),
     "surprisal": frozenset(),
     "entropy_reduction": frozenset({"entropy", "ref_entropy"}),
@@ -54,25 +60,25 @@ SIGNALS = {
 
 @dataclass(frozen=True)
 class ARCAConfig(GRPOConfig):
-    signal: str = "residual"
+    signal: Signal = "residual"
     """Token salience: residual (ARCA) or one of the intrinsic baselines surprisal, entropy_reduction,
     policy_divergence."""
-    normalise: str = "sum"
+    normalise: Normalise = "sum"
     """How salience becomes mean-one weights: sum (L s / sum s) or softmax (L softmax(s / temperature))."""
     temperature: float = 1.0
     """tau of the softmax normalisation (unused by sum)."""
-    hidden: str = "post_norm"
+    hidden: Hidden = "post_norm"
     """Hidden state compared: post_norm (what the LM head reads) or pre_norm (input of the final norm)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.signal in SIGNALS, f"unknown ARCA signal {self.signal!r}; valid: {', '.join(SIGNALS)}")
-        check(self.normalise in ("sum", "softmax"), f"unknown normalise {self.normalise!r}; valid: sum, softmax")
+        check_choice("ARCA signal", self.signal, Signal)
+        check_choice("normalise", self.normalise, Normalise)
         check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
-        check(self.hidden in ("post_norm", "pre_norm"), f"unknown hidden {self.hidden!r}; valid: post_norm, pre_norm")
+        check_choice("hidden", self.hidden, Hidden)
 
 
-def salience_weights(s: Tensor, mask: Tensor, normalise: str, temperature: float = 1.0) -> Tensor:  # [B, T]
+def salience_weights(s: Tensor, mask: Tensor, normalise: Normalise, temperature: float = 1.0) -> Tensor:  # [B, T]
     """Mean-one weights over each row's valid tokens; rows with no salience get weight 1."""
     m = mask.bool()
     s = s.float().clamp(min=0).masked_fill(~m, 0.0)
@@ -100,7 +106,9 @@ class ARCA(GRPO):
         if signal == "residual":
             if self.config.hidden == "pre_norm":
                 if "hidden_residual_prenorm" not in batch.extra:
-                    raise CreditBenchError("hidden=pre_norm needs a model whose decoder has a final norm; use post_norm")
+                    raise CreditBenchError(
+                        "hidden=pre_norm needs a model whose decoder has a final norm; use post_norm"
+                    )
                 return batch.extra["hidden_residual_prenorm"]
             return batch.hidden_residual
         if signal == "surprisal":
@@ -110,5 +118,6 @@ class ARCA(GRPO):
         return batch.ref_kl
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
-        w = salience_weights(self.salience(batch), batch.completion_mask, self.config.normalise, self.config.temperature)
+        cfg = self.config
+        w = salience_weights(self.salience(batch), batch.completion_mask, cfg.normalise, cfg.temperature)
         return super().credit(batch) * w

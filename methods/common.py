@@ -3,10 +3,26 @@ masked means, aggregation and the KL term live in :mod:`bench.numerics`."""
 
 from __future__ import annotations
 
+import typing
+from typing import Any, Literal
+
 import torch
 from torch import Tensor
 
+from bench.core import check
 from bench.distributed import all_cat
+
+Population = Literal["batch", "sequence"]  # what an entropy quantile is taken over
+
+
+def check_choice(name: str, value: Any, choices: Any) -> None:
+    """Refuse a config value outside the ``Literal[...]`` type ``choices``, naming the valid ones.
+
+    The type already lists the choices, but a config built in Python is never type-checked at run
+    time: this check says the same thing however the config was built.
+    """
+    valid = typing.get_args(choices)
+    check(value in valid, f"unknown {name} {value!r}; valid: {', '.join(valid)}")
 
 
 def group_mean_std(values: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -50,7 +66,7 @@ def clipped_surrogate(
     return loss, clipped
 
 
-def entropy_top_mask(entropy: Tensor, mask: Tensor, rho: float, population: str = "batch") -> Tensor:
+def entropy_top_mask(entropy: Tensor, mask: Tensor, rho: float, population: Population = "batch") -> Tensor:
     """[B, T] bool: valid tokens whose entropy is among the top ``rho`` fraction (the 80/20 rule).
 
     The threshold is the (1 - rho)-quantile (linear interpolation, as torch.quantile in TRL) of the
@@ -72,7 +88,8 @@ def entropy_top_mask(entropy: Tensor, mask: Tensor, rho: float, population: str 
         ordered = torch.sort(entropy.float().masked_fill(~valid, float("inf")), dim=-1).values  # valid first
         tau = _sorted_quantile(ordered, valid.sum(-1), 1.0 - rho)  # [B]
         return valid & (entropy >= tau[:, None])
-    raise ValueError(f"unknown entropy quantile population {population!r}; valid: batch, sequence")
+    valid = ", ".join(typing.get_args(Population))
+    raise ValueError(f"unknown entropy quantile population {population!r}; valid: {valid}")
 
 
 def _sorted_quantile(ordered: Tensor, n: Tensor, q: float) -> Tensor:  # [R]

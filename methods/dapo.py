@@ -92,8 +92,7 @@ def soft_overlong_punishment(lengths: Tensor, max_len: int, cache_len: int) -> T
 class DAPO(Method):
     Config = DAPOConfig
     description = "clip-higher token ratio, token-mean loss, overlong shaping, only mixed-correctness groups"
-    paper = ("DAPO: An Open-Source LLM Reinforcement Learning System at Scale (Yu et al. 2025), "
-             "arXiv 2503.14476")
+    paper = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (Yu et al. 2025), arXiv 2503.14476"
 
     def reward(self, batch: RolloutBatch) -> Tensor:  # [B]
         """The shaped scalar reward whose group-normalised value is every token's credit."""

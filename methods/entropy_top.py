@@ -25,6 +25,7 @@ The kept share of tokens is the engine's ``credit/nonzero_frac`` (about rho on m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -32,29 +33,26 @@ from torch import Tensor
 from bench.core import RolloutBatch, check
 from bench.distributed import all_sum
 from bench.registry import METHODS
-from methods.common import entropy_top_mask
+from methods.common import Population, check_choice, entropy_top_mask
 from methods.dapo import DAPO, DAPOConfig
 
-POPULATIONS = ("batch", "sequence")
-DENOMINATORS = ("all", "selected")
+Denominator = Literal["all", "selected"]
 
 
 @dataclass(frozen=True)
 class EntropyTopConfig(DAPOConfig):
     rho: float = 0.2
     """Fraction of valid tokens kept, the highest-entropy ones (paper: 0.2)."""
-    population: str = "batch"
+    population: Population = "batch"
     """Tokens the entropy quantile is taken over: the rollout "batch" (TRL) or each "sequence"."""
-    denominator: str = "all"
+    denominator: Denominator = "all"
     """Token-mean denominator: "all" valid tokens (TRL) or the "selected" ones (official: unknown)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
-        check(self.population in POPULATIONS,
-              f"unknown population {self.population!r}; valid: {', '.join(POPULATIONS)}")
-        check(self.denominator in DENOMINATORS,
-              f"unknown denominator {self.denominator!r}; valid: {', '.join(DENOMINATORS)}")
+        check_choice("population", self.population, Population)
+        check_choice("denominator", self.denominator, Denominator)
 
 
 @METHODS.register("entropy_top")
@@ -62,8 +60,10 @@ class EntropyTop(DAPO):
     Config = EntropyTopConfig
     needs = frozenset({"entropy"})
     description = "DAPO with the policy gradient only on the top-rho (20%) highest-entropy tokens"
-    paper = ("Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective Reinforcement "
-             "Learning for LLM Reasoning (Wang et al. 2025), arXiv 2506.01939")
+    paper = (
+        "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective Reinforcement "
+        "Learning for LLM Reasoning (Wang et al. 2025), arXiv 2506.01939"
+    )
 
     def top_mask(self, batch: RolloutBatch) -> Tensor:  # [B, T] bool
         cfg = self.config

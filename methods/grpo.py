@@ -26,13 +26,11 @@ from methods.common import clipped_surrogate, group_advantage
 
 
 @dataclass(frozen=True)
-class GRPOConfig(MethodConfig):
-    aggregation: str = "seq-mean-token-mean"
-    """GRPO eq. 3: mean over tokens of each sequence, then over sequences."""
-    kl_coef: float = 0.04
-    """beta of the k3 KL term (paper: 0.04)."""
-    clip_eps: float = 0.2
-    """PPO clip range on the token ratio."""
+class GroupAdvantageConfig(MethodConfig):
+    """What ``GRPO.credit`` reads. Every method that inherits it has a config derived from this
+    one: ``GRPOConfig`` where the method keeps GRPO's symmetric token clip, this one directly where
+    it clips with its own (clip_low, clip_high) instead (GSPO, P-trace)."""
+
     scale_rewards: bool = True
     """Divide the group-centred reward by the group std (GRPO); False gives Dr. GRPO's advantage."""
     adv_eps: float = 1e-4
@@ -40,8 +38,21 @@ class GRPOConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(0 < self.clip_eps < 1, f"clip_eps must be in (0, 1), got {self.clip_eps}")
         check(self.adv_eps > 0, f"adv_eps must be > 0, got {self.adv_eps}")
+
+
+@dataclass(frozen=True)
+class GRPOConfig(GroupAdvantageConfig):
+    aggregation: str = "seq-mean-token-mean"
+    """GRPO eq. 3: mean over tokens of each sequence, then over sequences."""
+    kl_coef: float = 0.04
+    """beta of the k3 KL term (paper: 0.04)."""
+    clip_eps: float = 0.2
+    """PPO clip range on the token ratio."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 < self.clip_eps < 1, f"clip_eps must be in (0, 1), got {self.clip_eps}")
 
 
 @METHODS.register("grpo")

@@ -39,18 +39,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from bench.core import LossOutput, RolloutBatch, check
 from bench.registry import METHODS
-from methods.common import clipped_surrogate
+from methods.common import check_choice, clipped_surrogate
 from methods.grpo import GRPO, GRPOConfig
-from methods.traces import trace_log_ratio
+from methods.traces import Style, trace_log_ratio
 
-STYLES = ("recent", "both")
-CLIP_TARGETS = ("traced_ratio", "token_ratio")
+ClipTarget = Literal["traced_ratio", "token_ratio"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,9 @@ class GRPOLambdaConfig(GRPOConfig):
     gamma: float = 1.0
     """Discount; unknown in the paper, 1.0 as the unstoppable-learner re-implementation. The trace
     decays by gamma * lam per token."""
-    style: str = "recent"
+    style: Style = "recent"
     """"recent": W = a^(t-k); "both": W = max(a^(t-k), a^k), which also keeps early tokens."""
-    clip_target: str = "traced_ratio"
+    clip_target: ClipTarget = "traced_ratio"
     """What eps clips: the traced ratio exp(z_t) ("traced_ratio", the unstoppable-learner reading
     of eps-trace) or each token's log-ratio before tracing ("token_ratio")."""
     trace_floor: float = 0.0
@@ -75,13 +75,13 @@ class GRPOLambdaConfig(GRPOConfig):
         super().__post_init__()
         check(0 <= self.lam <= 1, f"lam must be in [0, 1], got {self.lam}")
         check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
-        check(self.style in STYLES,
-              f"unknown trace style {self.style!r}; valid: {', '.join(STYLES)}")
-        check(self.clip_target in CLIP_TARGETS,
-              f"unknown clip_target {self.clip_target!r}; valid: {', '.join(CLIP_TARGETS)}")
+        check_choice("trace style", self.style, Style)
+        check_choice("clip_target", self.clip_target, ClipTarget)
         check(0 <= self.trace_floor < 1, f"trace_floor must be in [0, 1), got {self.trace_floor}")
-        check(self.neg_adv_clamp is None or self.neg_adv_clamp <= 0,
-              f"neg_adv_clamp must be <= 0 or None, got {self.neg_adv_clamp}")
+        check(
+            self.neg_adv_clamp is None or self.neg_adv_clamp <= 0,
+            f"neg_adv_clamp must be <= 0 or None, got {self.neg_adv_clamp}",
+        )
 
 
 @METHODS.register("grpo_lambda")

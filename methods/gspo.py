@@ -25,15 +25,17 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from bench.core import LossOutput, MethodConfig, RolloutBatch, check
+from bench.core import LossOutput, RolloutBatch, check
 from bench.numerics import masked_mean
 from bench.registry import METHODS
 from methods.common import clipped_surrogate
-from methods.grpo import GRPO
+from methods.grpo import GRPO, GroupAdvantageConfig
 
 
 @dataclass(frozen=True)
-class GSPOConfig(MethodConfig):
+class GSPOConfig(GroupAdvantageConfig):
+    """GRPO's advantage (``scale_rewards``, ``adv_eps``); the sequence clip replaces ``clip_eps``."""
+
     aggregation: str = "seq-mean-token-mean"
     """Mean over sequences (each sequence's loss sits on all its tokens)."""
     kl_coef: float = 0.0
@@ -42,10 +44,6 @@ class GSPOConfig(MethodConfig):
     """Lower clip range of the sequence ratio (paper: 3e-4)."""
     clip_high: float = 4e-4
     """Upper clip range of the sequence ratio (paper: 4e-4)."""
-    scale_rewards: bool = True
-    """Group-normalised advantage, as GRPO."""
-    adv_eps: float = 1e-4
-    """Added to the group std before dividing."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -83,5 +81,3 @@ class GSPOToken(GSPO):
         log_ratio = log_s[:, None] + logprobs - logprobs.detach()  # [B, T]: value log s_i, gradient of log pi_t
         loss, clipped = clipped_surrogate(log_ratio, credit, self.config.clip_low, self.config.clip_high)
         return LossOutput(loss, {"clip_frac": clipped.float()})
-
-

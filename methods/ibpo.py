@@ -60,22 +60,23 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from bench.core import RolloutBatch, Sampler, check
 from bench.registry import METHODS
-from methods.align import ALIGNMENTS, align_to_nearest, common_prefix_suffix
-from methods.common import group_mean_std
+from methods.align import Alignment, align_to_nearest, common_prefix_suffix
+from methods.common import check_choice, group_mean_std
 from methods.grpo import GRPO, GRPOConfig
 
-REPAIR_ADVANTAGES = ("source", "group")
+RepairAdvantage = Literal["source", "group"]
 
 
 @dataclass(frozen=True)
 class IBPOConfig(GRPOConfig):
-    alignment: str = "diff"
+    alignment: Alignment = "diff"
     """How edited tokens are found: "diff" (minimal token diff, LCS) or "prefix_suffix" (the span
     between the longest common prefix and suffix)."""
     unchanged_credit: float = 0.0
@@ -87,24 +88,25 @@ class IBPOConfig(GRPOConfig):
     """Generate a repaired trajectory per incorrect one and train on its edited tokens."""
     repair_credit: float = 1.0
     """Scale of the positive credit on a correct repair's tokens from the divergence on."""
-    repair_advantage: str = "source"
+    repair_advantage: RepairAdvantage = "source"
     """That credit's unit: "source" (|A| of the incorrect source) or "group" (the repair's own
     reward under the original rows' group statistics)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.alignment in ALIGNMENTS, f"unknown alignment {self.alignment!r}; valid: {', '.join(ALIGNMENTS)}")
+        check_choice("alignment", self.alignment, Alignment)
         check(0 <= self.unchanged_credit <= 1, f"unchanged_credit must be in [0, 1], got {self.unchanged_credit}")
         check(self.repair_credit >= 0, f"repair_credit must be >= 0, got {self.repair_credit}")
-        check(self.repair_advantage in REPAIR_ADVANTAGES,
-              f"unknown repair_advantage {self.repair_advantage!r}; valid: {', '.join(REPAIR_ADVANTAGES)}")
+        check_choice("repair_advantage", self.repair_advantage, RepairAdvantage)
 
 
 @METHODS.register("ibpo")
 class IBPO(GRPO):
     Config = IBPOConfig
     description = "GRPO advantage of a wrong trajectory only on its tokens edited vs the nearest correct sibling"
-    paper = "Reducing Credit Assignment Variance via Counterfactual Reasoning Paths (Ding et al. 2026), arXiv 2605.16302"
+    paper = (
+        "Reducing Credit Assignment Variance via Counterfactual Reasoning Paths (Ding et al. 2026), arXiv 2605.16302"
+    )
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         cfg, gid = self.config, batch.group_ids
@@ -126,8 +128,11 @@ class IBPO(GRPO):
         credit = advantage(batch.rewards.float())[:, None] * torch.where(edited, 1.0, cfg.unchanged_credit)
         if not repaired.any():
             return credit
-        unit = (advantage(batch.extra["source_reward"]).abs() if cfg.repair_advantage == "source"
-                else advantage(batch.rewards.float()).clamp(min=0))  # a repair is only ever reinforced
+        unit = (
+            advantage(batch.extra["source_reward"]).abs()
+            if cfg.repair_advantage == "source"
+            else advantage(batch.rewards.float()).clamp(min=0)
+        )  # a repair is only ever reinforced
         edits = torch.arange(ids.shape[1], device=ids.device) >= batch.extra["edit_start"][:, None]  # [B, T]
         on_repairs = (cfg.repair_credit * unit * batch.correct)[:, None] * edits  # wrong repairs: 0
         return torch.where(repaired[:, None], on_repairs, credit)
@@ -137,19 +142,21 @@ class IBPO(GRPO):
         if not self.config.repair:
             return batch
         ids, lengths = batch.completion_ids, batch.lengths
-        nearest, _ = align_to_nearest(ids, lengths, batch.group_ids, ~batch.correct, batch.correct,
-                                      self.config.alignment)
+        nearest, _ = align_to_nearest(
+            ids, lengths, batch.group_ids, ~batch.correct, batch.correct, self.config.alignment
+        )
         src = (nearest >= 0).nonzero().flatten()
         ref = nearest[src]
         d, _ = common_prefix_suffix(ids[src], lengths[src], ids[ref], lengths[ref])  # first divergence
         keep = d < lengths[ref]  # the reference has a token there (it is not a prefix of the source)
         src, ref, d = src[keep], ref[keep], d[keep]
-        base = _mark(batch, torch.zeros_like(batch.correct), torch.zeros_like(lengths),
-                     torch.zeros_like(batch.rewards))
+        base = _mark(batch, torch.zeros_like(batch.correct), torch.zeros_like(lengths), torch.zeros_like(batch.rewards))
         if len(src) == 0:
             return base
-        prefixes = [torch.cat([ids[s, :k], ids[r, k : k + 1]])  # y_i[:d] + [y+_d]
-                    for s, r, k in zip(src.tolist(), ref.tolist(), d.tolist())]
+        prefixes = [
+            torch.cat([ids[s, :k], ids[r, k : k + 1]])  # y_i[:d] + [y+_d]
+            for s, r, k in zip(src.tolist(), ref.tolist(), d.tolist())
+        ]
         new = sampler.complete(batch, src, prefixes)
         new = _mark(new, torch.ones_like(new.correct), d, batch.rewards[src])
         return RolloutBatch.concat([base, new])

@@ -32,32 +32,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from torch import Tensor
 
-from bench.core import LossOutput, MethodConfig, RolloutBatch, check
+from bench.core import LossOutput, RolloutBatch, check
 from bench.registry import METHODS
-from methods.common import clipped_surrogate
-from methods.grpo import GRPO
-from methods.traces import history_log_ratio
+from methods.common import check_choice, clipped_surrogate
+from methods.grpo import GRPO, GroupAdvantageConfig
+from methods.traces import Distance, history_log_ratio
 
-WEIGHTS = ("decay", "uniform")
-CLIP_TARGETS = ("current_token", "full_traced")
+Weights = Literal["decay", "uniform"]
+ClipTarget = Literal["current_token", "full_traced"]
 
 
 @dataclass(frozen=True)
-class PTraceConfig(MethodConfig):
+class PTraceConfig(GroupAdvantageConfig):
+    """GRPO's advantage (``scale_rewards``, ``adv_eps``); (clip_low, clip_high) replace ``clip_eps``."""
+
     aggregation: str = "seq-mean-token-mean"
     """Unknown in the paper; GSPO's (the uniform-credit special case): per sequence, then mean."""
     kl_coef: float = 0.0
     """Unknown in the paper; 0 as GSPO, which the uniform special case must reproduce exactly."""
     lam: float = 0.95
     """Trace decay per token; unknown, the middle of the suggested sweep {0.9, 0.95, 0.99, 1.0}."""
-    weights: str = "decay"
+    weights: Weights = "decay"
     """"decay": lam^(t-k) on earlier tokens; "uniform": 1/L_i on every token (GSPO's ratio)."""
     detach_history: bool = False
     """True: h_t is a fixed importance weight; False: gradient flows into earlier tokens."""
-    clip_target: str = "current_token"
+    clip_target: ClipTarget = "current_token"
     """Where the clip acts: the current token's ratio only ("current_token", the partial trust
     region) or the whole traced ratio rho_t ("full_traced")."""
     hist_clip: float | None = 0.2
@@ -66,27 +69,27 @@ class PTraceConfig(MethodConfig):
     """eps_low of the clip (PPO's 0.2; unknown in the paper)."""
     clip_high: float = 0.2
     """eps_high of the clip (PPO's 0.2; unknown in the paper)."""
-    scale_rewards: bool = True
-    """Group-normalised advantage, as GRPO."""
-    adv_eps: float = 1e-4
-    """Added to the group std before dividing."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 <= self.lam <= 1, f"lam must be in [0, 1], got {self.lam}")
-        check(self.weights in WEIGHTS,
-              f"unknown weights {self.weights!r}; valid: {', '.join(WEIGHTS)}")
-        check(self.clip_target in CLIP_TARGETS,
-              f"unknown clip_target {self.clip_target!r}; valid: {', '.join(CLIP_TARGETS)}")
-        check(self.hist_clip is None or 0 < self.hist_clip < 1,
-              f"hist_clip must be in (0, 1) or None, got {self.hist_clip}")
-        check(0 < self.clip_low < 1 and self.clip_high > 0,
-              "P-trace needs 0 < clip_low < 1 and clip_high > 0")
-        check(self.adv_eps > 0, f"adv_eps must be > 0, got {self.adv_eps}")
+        check_choice("weights", self.weights, Weights)
+        check_choice("clip_target", self.clip_target, ClipTarget)
+        check(
+            self.hist_clip is None or 0 < self.hist_clip < 1,
+            f"hist_clip must be in (0, 1) or None, got {self.hist_clip}",
+        )
+        check(0 < self.clip_low < 1 and self.clip_high > 0, "P-trace needs 0 < clip_low < 1 and clip_high > 0")
 
 
-def trace_parts(log_ratio: Tensor, mask: Tensor, lam: float, weights: str,
-                select: Tensor | None = None, distance: str = "raw") -> tuple[Tensor, Tensor]:
+def trace_parts(
+    log_ratio: Tensor,
+    mask: Tensor,
+    lam: float,
+    weights: Weights,
+    select: Tensor | None = None,
+    distance: Distance = "raw",
+) -> tuple[Tensor, Tensor]:
     """(current, history) log-ratio parts, [B, T] each, with log rho_t = current_t + history_t.
 
     ``log_ratio`` is already zero on padding; ``select`` [B, T] bool restricts the history to a
@@ -104,14 +107,16 @@ def trace_parts(log_ratio: Tensor, mask: Tensor, lam: float, weights: str,
 class PTrace(GRPO):
     Config = PTraceConfig
     description = "token ratio times a bounded trace of earlier log-ratios, clipped on r_t only"
-    paper = ("Beyond Uniform Credit Assignment: Selective Eligibility Traces for RLVR "
-             "(Mou et al. 2026), arXiv 2605.05965")
+    paper = (
+        "Beyond Uniform Credit Assignment: Selective Eligibility Traces for RLVR (Mou et al. 2026), arXiv 2605.05965"
+    )
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         return self.traced_loss(batch, logprobs, credit, select=None, distance="raw")
 
-    def traced_loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor,
-                    select: Tensor | None, distance: str) -> LossOutput:
+    def traced_loss(
+        self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor, select: Tensor | None, distance: Distance
+    ) -> LossOutput:
         cfg = self.config
         mask = batch.completion_mask
         log_ratio = (logprobs - batch.old_logprobs) * mask  # [B, T]; padding adds nothing

@@ -30,20 +30,18 @@ from torch import Tensor
 
 from bench.core import LossOutput, RolloutBatch, check
 from bench.registry import METHODS
-from methods.common import entropy_top_mask
+from methods.common import Population, check_choice, entropy_top_mask
 from methods.p_trace import PTrace, PTraceConfig
-
-POPULATIONS = ("batch", "sequence")
-DISTANCES = ("raw", "selected")
+from methods.traces import Distance
 
 
 @dataclass(frozen=True)
 class STraceConfig(PTraceConfig):
     rho: float = 0.2
     """Fraction of tokens with the highest entropy that the trace runs over (80/20's 0.2)."""
-    population: str = "batch"
+    population: Population = "batch"
     """Entropy quantile over all valid tokens of the batch ("batch", as 80/20) or per sequence."""
-    distance: str = "raw"
+    distance: Distance = "raw"
     """Trace distance d(t, k): "raw" = t - k; "selected" = selected tokens in [k, t)."""
     mask_gradient: bool = False
     """True: the loss is also restricted to the high-entropy tokens, as in 80/20."""
@@ -51,10 +49,8 @@ class STraceConfig(PTraceConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
-        check(self.population in POPULATIONS,
-              f"unknown population {self.population!r}; valid: {', '.join(POPULATIONS)}")
-        check(self.distance in DISTANCES,
-              f"unknown distance {self.distance!r}; valid: {', '.join(DISTANCES)}")
+        check_choice("population", self.population, Population)
+        check_choice("distance", self.distance, Distance)
 
 
 @METHODS.register("s_trace")

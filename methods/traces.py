@@ -11,10 +11,14 @@ contributes nothing.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+Style = Literal["recent", "both"]  # GRPO-lambda's trace weights (``trace_log_ratio``)
+Distance = Literal["raw", "selected"]  # how far back a selective trace counts (``history_log_ratio``)
 
 
 def _powers(decay: float, exponents: Tensor, like: Tensor) -> Tensor:
@@ -70,7 +74,7 @@ def floor_horizon(decay: float, floor: float, T: int) -> int:
     return min(max(K, 0), T)
 
 
-def trace_log_ratio(l: Tensor, decay: float, style: str = "recent", floor: float = 0.0) -> Tensor:
+def trace_log_ratio(l: Tensor, decay: float, style: Style = "recent", floor: float = 0.0) -> Tensor:
     """GRPO-lambda's traced log-ratio z_t = sum_{k<=t} W_{t,k} l_k: [B, T] -> [B, T], with
 
         "recent": W_{t,k} = a^(t-k)        "both": W_{t,k} = max(a^(t-k), a^k)      (a = decay)
@@ -96,9 +100,7 @@ def trace_log_ratio(l: Tensor, decay: float, style: str = "recent", floor: float
     return z
 
 
-def history_log_ratio(
-    l: Tensor, decay: float, select: Tensor | None = None, distance: str = "raw"
-) -> Tensor:
+def history_log_ratio(l: Tensor, decay: float, select: Tensor | None = None, distance: Distance = "raw") -> Tensor:
     """P-/S-trace history sum_{k<t, k in S} decay^d(t,k) l_k: [B, T] -> [B, T], strictly before t.
 
     S is every token (``select`` None) or the tokens where ``select`` [B, T] is true. The distance

@@ -14,11 +14,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from bench.core import Outcome, check
+from bench.core import Outcome, Task, TaskConfig, check
 from bench.errors import CreditBenchError
 from bench.registry import TASKS
-from bench.tasks_base import Task, TaskConfig
 from tasks.math_grader import MathGrader
+from tasks.prompts import chat_prompt
 
 TEMPLATES = {
     # Short, for character-level tiny models: every prompt character costs compute.
@@ -106,17 +106,14 @@ class Arithmetic(Task):
                     raise CreditBenchError(
                         f"task arithmetic: operands in [{cfg.low}, {cfg.high}] give too few problems outside the "
                         f"eval split ({len(eval_rows)} problems) to draw train problems from; widen low..high, "
-                        "add operands or lower eval_size")
+                        "add operands or lower eval_size"
+                    )
             return _to_dataset(train)
         raise CreditBenchError(f"unknown split {split!r} for task arithmetic; valid: {', '.join(self.splits)}")
 
     def prompt(self, row: dict[str, Any], tokenizer=None) -> str:
         text = TEMPLATES[self.config.template].format(question=row["question"])
-        if self.config.template == "instruct" and getattr(tokenizer, "chat_template", None):
-            return tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-            )
-        return text
+        return chat_prompt(text, tokenizer) if self.config.template == "instruct" else text
 
     def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
         return self.grader(completions, [r["answer"] for r in rows], flexible=details)

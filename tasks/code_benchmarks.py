@@ -11,7 +11,7 @@ mbpp         mbpp/sanitized-mbpp.json task_id 11-510 (257) /        the other 17
 A completion passes when ``program + tests`` runs to the end in :mod:`tasks.sandbox` (a separate
 process with CPU, memory, process, file-size and output limits, a wall-clock timeout, no network,
 a fresh temporary directory and a minimal environment). Model-written code only runs after an
-explicit opt-in (see :func:`bench.tasks_base.code_execution_allowed`), as lm-evaluation-harness
+explicit opt-in (see :func:`bench.core.code_execution_allowed`), as lm-evaluation-harness
 requires ``--confirm_run_unsafe_code``.
 
 How a completion becomes a program:
@@ -35,11 +35,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from bench.core import Outcome, check
+from bench.core import Outcome, Task, TaskConfig, check, code_execution_allowed, code_execution_refused
 from bench.errors import CreditBenchError
 from bench.registry import TASKS
-from bench.tasks_base import Task, TaskConfig, code_execution_allowed, code_execution_refused
 from tasks.data import Source, data_dir, load_rows, require, to_dataset
+from tasks.prompts import chat_prompt
 from tasks.sandbox import Sandbox, SandboxLimits
 
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
@@ -98,8 +98,9 @@ class CodeBenchmark(Task):
     def __init__(self, config: CodeTaskConfig | None = None):
         super().__init__(config)
         if self.config.template not in self.templates:
-            raise CreditBenchError(f"unknown template {self.config.template!r} for task {self.name!r}; "
-                                   f"valid: {', '.join(self.templates)}")
+            raise CreditBenchError(
+                f"unknown template {self.config.template!r} for task {self.name!r}; valid: {', '.join(self.templates)}"
+            )
         cfg = self.config
         self.limits = SandboxLimits(timeout_s=cfg.timeout_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb)
         self._allowed = False
@@ -123,8 +124,10 @@ class CodeBenchmark(Task):
             try:
                 row = self.row(r, split)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-                raise CreditBenchError(f"{where} has the wrong schema: row {i} cannot be read "
-                                       f"({type(e).__name__}: {e}); fields: {', '.join(sorted(r))}") from None
+                raise CreditBenchError(
+                    f"{where} has the wrong schema: row {i} cannot be read "
+                    f"({type(e).__name__}: {e}); fields: {', '.join(sorted(r))}"
+                ) from None
             if row is not None:
                 rows.append(row)
         return to_dataset(rows)
@@ -135,12 +138,6 @@ class CodeBenchmark(Task):
     def program(self, completion: str, row: dict[str, Any]) -> str:
         raise NotImplementedError
 
-    def _chat(self, text: str, tokenizer) -> str:
-        if getattr(tokenizer, "chat_template", None):
-            return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                 add_generation_prompt=True)
-        return text
-
     def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
         if not code_execution_allowed(self._allowed):
             raise CreditBenchError(code_execution_refused(self.name))
@@ -149,9 +146,15 @@ class CodeBenchmark(Task):
         jobs = [(self.program(c, r), r["test"]) for c, r in zip(completions, rows, strict=True)]
         out = []
         for res in self._sandbox.run_many(jobs):
-            out.append(Outcome(reward=float(res.passed), correct=res.passed, parsed=res.status,
-                               correct_flexible=res.passed,
-                               error=None if res.passed else f"{res.status}: {res.detail}"[:300]))
+            out.append(
+                Outcome(
+                    reward=float(res.passed),
+                    correct=res.passed,
+                    parsed=res.status,
+                    correct_flexible=res.passed,
+                    error=None if res.passed else f"{res.status}: {res.detail}"[:300],
+                )
+            )
         return out
 
 
@@ -163,15 +166,22 @@ class HumanEval(CodeBenchmark):
     templates = ("completion", "chat")
 
     def row(self, raw, split):
-        return {"id": raw["task_id"], "question": raw["prompt"], "answer": raw["canonical_solution"],
-                "test": f"{raw['test']}\ncheck({raw['entry_point']})\n", "entry_point": raw["entry_point"]}
+        return {
+            "id": raw["task_id"],
+            "question": raw["prompt"],
+            "answer": raw["canonical_solution"],
+            "test": f"{raw['test']}\ncheck({raw['entry_point']})\n",
+            "entry_point": raw["entry_point"],
+        }
 
     def prompt(self, row, tokenizer=None) -> str:
         if self.config.template == "completion":
             return row["question"]
-        text = ("Complete the following Python function. Reply with the whole function in one ```python code "
-                f"block.\n```python\n{row['question']}```")
-        return self._chat(text, tokenizer)
+        text = (
+            "Complete the following Python function. Reply with the whole function in one ```python code "
+            f"block.\n```python\n{row['question']}```"
+        )
+        return chat_prompt(text, tokenizer)
 
     def program(self, completion: str, row: dict[str, Any]) -> str:
         prompt, entry = row["question"], row["entry_point"]
@@ -195,9 +205,12 @@ class MBPPConfig(CodeTaskConfig):
 class MBPP(CodeBenchmark):
     Config = MBPPConfig
     description = "MBPP sanitized (257 test tasks), function written from the text and its three asserts"
-    sources = {"train": Source("google-research-datasets/mbpp", "train+validation+prompt", "sanitized",
-                               "mbpp/sanitized-mbpp.json"),
-               "eval": Source("google-research-datasets/mbpp", "test", "sanitized", "mbpp/sanitized-mbpp.json")}
+    sources = {
+        "train": Source(
+            "google-research-datasets/mbpp", "train+validation+prompt", "sanitized", "mbpp/sanitized-mbpp.json"
+        ),
+        "eval": Source("google-research-datasets/mbpp", "test", "sanitized", "mbpp/sanitized-mbpp.json"),
+    }
     fields = (("task_id",), ("prompt",), ("code",), ("test_list",))
     templates = ("instruct", "chat")
     TEST_IDS = range(11, 511)  # the standard test split
@@ -209,16 +222,23 @@ class MBPP(CodeBenchmark):
             return None
         tests = list(raw["test_list"])
         setup = "\n".join(raw.get("test_imports") or [])
-        return {"id": f"mbpp/{tid}", "question": raw["prompt"], "answer": raw["code"],
-                "test": f"{setup}\n" + "\n".join(tests) + "\n", "shown_tests": "\n".join(tests),
-                "entry_point": _entry_point(raw["code"], tests)}
+        return {
+            "id": f"mbpp/{tid}",
+            "question": raw["prompt"],
+            "answer": raw["code"],
+            "test": f"{setup}\n" + "\n".join(tests) + "\n",
+            "shown_tests": "\n".join(tests),
+            "entry_point": _entry_point(raw["code"], tests),
+        }
 
     def prompt(self, row, tokenizer=None) -> str:
-        text = (f"You are an expert Python programmer, and here is your task: {row['question']} "
-                f"Your code should pass these tests:\n\n{row['shown_tests']}\n")
+        text = (
+            f"You are an expert Python programmer, and here is your task: {row['question']} "
+            f"Your code should pass these tests:\n\n{row['shown_tests']}\n"
+        )
         if self.config.template == "instruct":
             return text
-        return self._chat(text + "Reply with the code in one ```python code block.", tokenizer)
+        return chat_prompt(text + "Reply with the code in one ```python code block.", tokenizer)
 
     def program(self, completion: str, row: dict[str, Any]) -> str:
         blocks = fenced_blocks(completion)

@@ -60,12 +60,16 @@ def load_rows(task: str, source: Source, directory: Path | None) -> tuple[list[d
     """Rows of ``source`` and a description of where they came from (for errors and tags)."""
     if directory is not None:
         if not directory.is_dir():
-            raise CreditBenchError(f"task {task!r}: data directory {str(directory)!r} does not exist "
-                                   f"(set by the task's data_dir option or ${DATA_ENV})")
+            raise CreditBenchError(
+                f"task {task!r}: data directory {str(directory)!r} does not exist "
+                f"(set by the task's data_dir option or ${DATA_ENV})"
+            )
         path = directory / source.local
         if not path.is_file():
-            raise CreditBenchError(f"task {task!r}: data file {str(path)!r} not found; a data directory holds "
-                                   f"the upstream files, here {source.local!r} (see the task's docstring)")
+            raise CreditBenchError(
+                f"task {task!r}: data file {str(path)!r} not found; a data directory holds "
+                f"the upstream files, here {source.local!r} (see the task's docstring)"
+            )
         return read_local(path), str(path)
     import datasets
 
@@ -74,9 +78,11 @@ def load_rows(task: str, source: Source, directory: Path | None) -> tuple[list[d
         ds = datasets.load_dataset(source.hub, source.hub_config, split=source.hub_split)
     except Exception as e:  # offline, unknown id, network: all mean "no data from the Hub"
         msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise CreditBenchError(f"task {task!r}: could not load {where} from the Hugging Face Hub ({msg}); "
-                               f"point the task's data_dir option or ${DATA_ENV} at a local copy holding "
-                               f"{source.local!r}") from None
+        raise CreditBenchError(
+            f"task {task!r}: could not load {where} from the Hugging Face Hub ({msg}); "
+            f"point the task's data_dir option or ${DATA_ENV} at a local copy holding "
+            f"{source.local!r}"
+        ) from None
     return [dict(r) for r in ds], f"hf://{where}"
 
 
@@ -88,8 +94,10 @@ def require(rows: list[dict[str, Any]], where: str, *alternatives: tuple[str, ..
     for i, row in enumerate(rows):
         missing = [" or ".join(a) for a in alternatives if not any(k in row for k in a)]
         if missing:
-            raise CreditBenchError(f"{where} has the wrong schema: row {i} lacks {', '.join(missing)} "
-                                   f"(it has: {', '.join(sorted(row)) or 'nothing'})")
+            raise CreditBenchError(
+                f"{where} has the wrong schema: row {i} lacks {', '.join(missing)} "
+                f"(it has: {', '.join(sorted(row)) or 'nothing'})"
+            )
 
 
 def first(row: dict[str, Any], *keys: str) -> Any:

@@ -38,17 +38,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bench.core import Outcome, check
+from bench.core import Outcome, Task, TaskConfig, check
 from bench.errors import CreditBenchError
 from bench.registry import TASKS
-from bench.tasks_base import Task, TaskConfig
 from tasks.data import Source, data_dir, first, load_rows, require, to_dataset
 from tasks.math_grader import MathGrader
+from tasks.prompts import chat_prompt
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TEMPLATES = {
     "qwen-math": "<|im_start|>system\n" + INSTRUCTION + "<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n"
-                 "<|im_start|>assistant\n",
+    "<|im_start|>assistant\n",
     "chat": None,  # the tokenizer's chat template
     "instruct": "{question}\n" + INSTRUCTION,
     "compact": "{question}; \\boxed{}:",
@@ -70,8 +70,10 @@ class MathTaskConfig(TaskConfig):
     def __post_init__(self) -> None:
         check(self.template in TEMPLATES, f"unknown template {self.template!r}; valid: {', '.join(TEMPLATES)}")
         check(self.grader_timeout >= 1, f"grader_timeout must be >= 1 second, got {self.grader_timeout}")
-        check(self.grader_workers is None or self.grader_workers >= 0,
-              f"grader_workers must be >= 0 (or null for auto), got {self.grader_workers}")
+        check(
+            self.grader_workers is None or self.grader_workers >= 0,
+            f"grader_workers must be >= 0 (or null for auto), got {self.grader_workers}",
+        )
 
 
 # ------------------------------------------------------------------ gold-answer conventions
@@ -152,12 +154,20 @@ class MathBenchmark(Task):
             try:
                 row = self.row(r, i, split)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-                raise CreditBenchError(f"{where} has the wrong schema: row {i} cannot be read "
-                                       f"({type(e).__name__}: {e}); fields: {', '.join(sorted(r))}") from None
+                raise CreditBenchError(
+                    f"{where} has the wrong schema: row {i} cannot be read "
+                    f"({type(e).__name__}: {e}); fields: {', '.join(sorted(r))}"
+                ) from None
             if row is not None:
-                rows.append({"id": str(row.get("id", f"{split}/{i}")), "question": row["question"],
-                             "answer": row["answer"], "level": int(row.get("level", 0)),
-                             "subject": str(row.get("subject", ""))})
+                rows.append(
+                    {
+                        "id": str(row.get("id", f"{split}/{i}")),
+                        "question": row["question"],
+                        "answer": row["answer"],
+                        "level": int(row.get("level", 0)),
+                        "subject": str(row.get("subject", "")),
+                    }
+                )
         rows = self.filter(rows, split)
         if not rows:
             raise CreditBenchError(f"task {self.name!r}: the {split} split of {where} is empty after filtering")
@@ -173,11 +183,7 @@ class MathBenchmark(Task):
     def prompt(self, row: dict[str, Any], tokenizer=None) -> str:
         template = self.config.template
         if template == "chat":
-            text = TEMPLATES["instruct"].replace("{question}", row["question"])
-            if getattr(tokenizer, "chat_template", None):
-                return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                     add_generation_prompt=True)
-            return text
+            return chat_prompt(TEMPLATES["instruct"].replace("{question}", row["question"]), tokenizer)
         return TEMPLATES[template].replace("{question}", row["question"])
 
     def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
@@ -187,8 +193,10 @@ class MathBenchmark(Task):
 @TASKS.register("gsm8k")
 class GSM8K(MathBenchmark):
     description = "grade-school word problems (GSM8K, 1319 test / 7473 train), answer after ####"
-    sources = {"train": Source("openai/gsm8k", "train", "main", "gsm8k/train.jsonl"),
-               "eval": Source("openai/gsm8k", "test", "main", "gsm8k/test.jsonl")}
+    sources = {
+        "train": Source("openai/gsm8k", "train", "main", "gsm8k/train.jsonl"),
+        "eval": Source("openai/gsm8k", "test", "main", "gsm8k/test.jsonl"),
+    }
     fields = (("question",), ("answer",))
 
     def row(self, raw, index, split):
@@ -218,8 +226,13 @@ class _MATHFamily(MathBenchmark):
         if not answer:  # two DeepScaleR rows have no answer
             return None
         rid = raw.get("unique_id") or (f"math/{split}/{raw['idx']}" if "idx" in raw else f"math/{split}/{index}")
-        return {"id": rid, "question": raw["problem"], "answer": str(answer), "level": math_level(raw),
-                "subject": raw.get("subject") or raw.get("type") or ""}
+        return {
+            "id": rid,
+            "question": raw["problem"],
+            "answer": str(answer),
+            "level": math_level(raw),
+            "subject": raw.get("subject") or raw.get("type") or "",
+        }
 
     def filter(self, rows, split):
         if split != "train":
@@ -234,7 +247,10 @@ class _MATHFamily(MathBenchmark):
 @TASKS.register("math")
 class MATH(_MATHFamily):
     description = "MATH competition problems: train on MATH train (levels filter), eval on the full 5000 test"
-    sources = {"train": MATH_TRAIN, "eval": Source("DigitalLearningGmbH/MATH-lighteval", "test", None, "math/test.jsonl")}
+    sources = {
+        "train": MATH_TRAIN,
+        "eval": Source("DigitalLearningGmbH/MATH-lighteval", "test", None, "math/test.jsonl"),
+    }
     fields = (("problem",), ("answer", "solution"))
 
 
@@ -255,9 +271,11 @@ class _AIME(MathBenchmark):
         year = raw.get("year", raw.get("Year"))
         if split == "train" and year is not None and int(year) > 2023:  # the Hub copy also has 2024
             return None
-        return {"id": f"{self.name}/{split}/{raw.get('id', raw.get('ID', index))}",
-                "question": first(raw, "problem", "Problem", "question", "Question"),
-                "answer": integer_answer(first(raw, "answer", "Answer"))}
+        return {
+            "id": f"{self.name}/{split}/{raw.get('id', raw.get('ID', index))}",
+            "question": first(raw, "problem", "Problem", "question", "Question"),
+            "answer": integer_answer(first(raw, "answer", "Answer")),
+        }
 
 
 @TASKS.register("aime24")
@@ -279,8 +297,11 @@ class AMC23(MathBenchmark):
     fields = (("problem", "question"), ("answer",))
 
     def row(self, raw, index, split):
-        return {"id": f"amc23/{raw.get('id', index)}", "question": first(raw, "problem", "question"),
-                "answer": integer_answer(raw["answer"])}
+        return {
+            "id": f"amc23/{raw.get('id', index)}",
+            "question": first(raw, "problem", "question"),
+            "answer": integer_answer(raw["answer"]),
+        }
 
 
 @TASKS.register("minerva")
@@ -293,8 +314,12 @@ class Minerva(MathBenchmark):
         answer = raw["answer"] if "answer" in raw else last_boxed(raw["solution"])
         if answer is None:
             raise ValueError("the solution has no \\boxed{} answer")
-        return {"id": f"minerva/{raw.get('idx', index)}", "question": first(raw, "problem", "question"),
-                "answer": strip_math_delimiters(str(answer)), "subject": raw.get("type", "")}
+        return {
+            "id": f"minerva/{raw.get('idx', index)}",
+            "question": first(raw, "problem", "question"),
+            "answer": strip_math_delimiters(str(answer)),
+            "subject": raw.get("type", ""),
+        }
 
 
 @TASKS.register("olympiadbench")
@@ -304,5 +329,9 @@ class OlympiadBench(MathBenchmark):
     fields = (("question",), ("final_answer",))
 
     def row(self, raw, index, split):
-        return {"id": f"olympiadbench/{raw.get('id', index)}", "question": raw["question"],
-                "answer": olympiad_answer(raw["final_answer"]), "subject": raw.get("subfield") or ""}
+        return {
+            "id": f"olympiadbench/{raw.get('id', index)}",
+            "question": raw["question"],
+            "answer": olympiad_answer(raw["final_answer"]),
+            "subject": raw.get("subfield") or "",
+        }

@@ -60,8 +60,15 @@ from bench.core import check
 HARNESS = Path(__file__).with_name("sandbox_harness.py")
 NOBODY = 65534
 STATUSES = ("passed", "failed", "timeout", "output_limit", "exited", "killed", "blocked", "error")
-LAYERS = ("network_namespace", "private_tmpfs", "unprivileged_uid", "separate_uid", "no_new_privs",
-          "rlimits", "audit_hook")
+LAYERS = (
+    "network_namespace",
+    "private_tmpfs",
+    "unprivileged_uid",
+    "separate_uid",
+    "no_new_privs",
+    "rlimits",
+    "audit_hook",
+)
 MAX_DETAIL = 300
 DISK_FILES = 4  # the private tmpfs holds this many files of the maximal size
 READ_CHUNK = 1 << 16
@@ -83,12 +90,16 @@ class SandboxLimits:
     def __post_init__(self) -> None:
         t = self.timeout_s
         check(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
-            and 0 < t <= 3600,
+            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and 0 < t <= 3600,
             f"sandbox timeout_s must be a number of seconds in (0, 3600], got {t!r}",
         )
-        for name, low in (("cpu_s", 1), ("memory_mb", 64), ("max_processes", 1),
-                          ("max_file_mb", 1), ("max_output_kb", 1)):
+        for name, low in (
+            ("cpu_s", 1),
+            ("memory_mb", 64),
+            ("max_processes", 1),
+            ("max_file_mb", 1),
+            ("max_output_kb", 1),
+        ):
             value = getattr(self, name)
             check(
                 isinstance(value, int) and not isinstance(value, bool) and value >= low,
@@ -108,10 +119,11 @@ class Sandbox:
     """Runs programs against their tests; thread-safe, never raises for what a program does."""
 
     def __init__(self, limits: SandboxLimits = SandboxLimits(), workers: int = 1):
-        check(isinstance(limits, SandboxLimits),
-              f"sandbox limits must be a SandboxLimits, got {type(limits).__name__}")
-        check(isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1,
-              f"sandbox workers must be an integer >= 1, got {workers!r}")
+        check(isinstance(limits, SandboxLimits), f"sandbox limits must be a SandboxLimits, got {type(limits).__name__}")
+        check(
+            isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1,
+            f"sandbox workers must be an integer >= 1, got {workers!r}",
+        )
         self.limits = limits
         self.workers = workers
 
@@ -135,8 +147,7 @@ class Sandbox:
         start = time.monotonic()
         tmp = None
         try:
-            check(isinstance(program, str) and isinstance(test, str),
-                  "sandbox program and test must be strings")
+            check(isinstance(program, str) and isinstance(test, str), "sandbox program and test must be strings")
             tmp = tempfile.mkdtemp(prefix="creditbench-sandbox-")
             os.chmod(tmp, stat.S_IRWXU)
             if os.geteuid() == 0:  # the child drops to nobody and must still own its directory
@@ -154,8 +165,13 @@ class Sandbox:
         nonce = secrets.token_hex(16)
         p, t = program.encode("utf-8", "surrogatepass"), test.encode("utf-8", "surrogatepass")
         payload = f"{nonce} {len(p)} {len(t)}\n".encode() + p + t
-        args = (lim.cpu_s, lim.memory_mb, lim.max_processes + self.workers, lim.max_file_mb,
-                DISK_FILES * lim.max_file_mb)
+        args = (
+            lim.cpu_s,
+            lim.memory_mb,
+            lim.max_processes + self.workers,
+            lim.max_file_mb,
+            DISK_FILES * lim.max_file_mb,
+        )
         read_fd, write_fd = os.pipe()
         try:
             child = subprocess.Popen(
@@ -163,8 +179,12 @@ class Sandbox:
                 [sys.executable, "-I", "-S", "-B", str(HARNESS), str(write_fd), *map(str, args)],
                 cwd=tmp,
                 env={"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"},
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(write_fd,), close_fds=True, start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_fd,),
+                close_fds=True,
+                start_new_session=True,
             )
         except BaseException:
             os.close(read_fd)
@@ -173,7 +193,8 @@ class Sandbox:
             os.close(write_fd)
         try:
             outcome, result, stderr_tail = _communicate(
-                child, read_fd, payload, start + lim.timeout_s, lim.max_output_kb * 1024)
+                child, read_fd, payload, start + lim.timeout_s, lim.max_output_kb * 1024
+            )
         finally:
             _kill_session(child.pid)  # the child is not reaped yet, so its pid is still ours
             for f in (child.stdin, child.stdout, child.stderr):
@@ -222,8 +243,9 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _communicate(child: subprocess.Popen, result_fd: int, payload: bytes, deadline: float,
-                 cap: int) -> tuple[str, bytes, bytes]:
+def _communicate(
+    child: subprocess.Popen, result_fd: int, payload: bytes, deadline: float, cap: int
+) -> tuple[str, bytes, bytes]:
     """Feed the job, read stdout, stderr and the result pipe until they close or the child has
     exited. Returns ("done" | "timeout" | "output_limit", result-pipe bytes, stderr tail). Output
     is counted, not kept, so a flood costs no memory here."""
@@ -273,8 +295,9 @@ def _communicate(child: subprocess.Popen, result_fd: int, payload: bytes, deadli
     return "done", bytes(result), tail
 
 
-def _classify(outcome: str, result: bytes, stderr_tail: bytes, returncode: int | None, nonce: str,
-              lim: SandboxLimits, wall: float) -> tuple[ExecResult, dict[str, bool]]:
+def _classify(
+    outcome: str, result: bytes, stderr_tail: bytes, returncode: int | None, nonce: str, lim: SandboxLimits, wall: float
+) -> tuple[ExecResult, dict[str, bool]]:
     """The ExecResult, and the layers the harness reported, from what the child left behind.
     Only lines starting with the nonce count: anything else on the pipe is the program's."""
     layers: dict[str, bool] = {}
@@ -310,8 +333,7 @@ def _classify(outcome: str, result: bytes, stderr_tail: bytes, returncode: int |
         hint = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}.get(name, "")
         return res("killed", f"killed by {name}{hint}")
     if started:
-        return res("exited", f"the program ended the process (status {returncode}) "
-                             "before its tests finished")
+        return res("exited", f"the program ended the process (status {returncode}) before its tests finished")
     err = stderr_tail.decode("utf-8", "replace").strip().splitlines()
     return res("error", "sandbox harness failed: " + (err[-1] if err else f"status {returncode}"))
 

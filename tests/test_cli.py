@@ -43,8 +43,10 @@ def test_methods_and_tasks_are_listed(capsys):
         (["--rl.stepz", "3"], "stepz"),
         (["--method.name", "arca"], "set model.lora.rank > 0"),
         (["--model.lora.rank", "-1"], "model.lora.rank must be >= 0"),
-        (["--method.name", "arca", "--model.lora.rank", "8", "--method.options", "{signal: grad}"],
-         "valid: residual, surprisal, entropy_reduction, policy_divergence"),
+        (
+            ["--method.name", "arca", "--model.lora.rank", "8", "--method.options", "{signal: grad}"],
+            "valid: residual, surprisal, entropy_reduction, policy_divergence",
+        ),
         (["--method.name", "grpo_lambda", "--method.options", "{style: old}"], "valid: recent, both"),
         (["--method.name", "ibpo", "--method.options", "{alignment: fuzzy}"], "valid: diff, prefix_suffix"),
     ],
@@ -73,8 +75,8 @@ def test_unknown_command(capsys):
 def test_every_shipped_config_parses_and_resolves():
     from pathlib import Path
 
-    from bench.run.args import train_parser
     from bench.config import RunConfig
+    from bench.run.args import train_parser
     from bench.run.train import resolve
 
     configs = sorted(Path(__file__).resolve().parent.parent.glob("results/configs/*.yaml"))

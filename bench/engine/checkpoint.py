@@ -62,14 +62,36 @@ def ensure_writable(path: Path) -> None:
         probe.replace(probe.with_suffix(".renamed"))
         probe.with_suffix(".renamed").unlink()
     except OSError as e:
-        raise CreditBenchError(f"cannot write checkpoints to {str(path)!r}: {e.strerror or e}; set checkpoint.dir "
-                               "to a writable directory (or checkpoint.every 0 to run without checkpoints)") from None
+        raise CreditBenchError(
+            f"cannot write checkpoints to {str(path)!r}: {e.strerror or e}; set checkpoint.dir "
+            "to a writable directory (or checkpoint.every 0 to run without checkpoints)"
+        ) from None
 
 
 def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2))
     tmp.replace(path)
+
+
+# ------------------------------------------------------------------ the module's weights
+def trainable_state(state_dict: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """The entries of ``state_dict`` that train: the frozen base (and reference) come back from the
+    base checkpoint, so a checkpoint leaves them out on purpose."""
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in state_dict.items() if k in trainable}
+
+
+def check_fits(state_dict: dict[str, Any], model: torch.nn.Module) -> None:
+    """Refuse a checkpoint with tensors ``model`` does not have, or without one of its trainable ones."""
+    own = dict(model.named_parameters())
+    stray = [k for k in state_dict if k not in own]
+    missing = [n for n, p in own.items() if p.requires_grad and n not in state_dict]
+    if stray or missing:
+        raise CreditBenchError(
+            f"the checkpoint does not fit this model ({len(stray)} unknown and {len(missing)} "
+            f"missing trainable tensors, e.g. {(stray or missing)[0]!r})"
+        )
 
 
 # ------------------------------------------------------------------ RNG states
@@ -191,9 +213,11 @@ class RunCheckpoint(Callback):
         except OSError as e:
             if trainer.is_global_zero:
                 tmp.unlink(missing_ok=True)
-            raise CreditBenchError(f"cannot write checkpoint {str(self.path)!r}: {e.strerror or e}; the last "
-                                   "complete checkpoint and the metrics logged up to it are kept -- free space "
-                                   "and run the same command again to resume") from None
+            raise CreditBenchError(
+                f"cannot write checkpoint {str(self.path)!r}: {e.strerror or e}; the last "
+                "complete checkpoint and the metrics logged up to it are kept -- free space "
+                "and run the same command again to resume"
+            ) from None
         trainer.strategy.barrier("creditbench-checkpoint")
         if trainer.is_global_zero:
             self.sink.flush()
@@ -221,8 +245,10 @@ def resume_point(cfg, directory: Path, client, log=print) -> tuple[str | None, P
         reason = f"{meta} cannot be read"
     except Exception as e:
         if getattr(e, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":  # the store is unusable: keep everything
-            raise CreditBenchError(f"cannot use MLflow tracking URI {cfg.tracking.uri!r} to resume the run in "
-                                   f"{directory}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}") from None
+            raise CreditBenchError(
+                f"cannot use MLflow tracking URI {cfg.tracking.uri!r} to resume the run in "
+                f"{directory}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}"
+            ) from None
         reason = f"its MLflow run {run_id} is not in {cfg.tracking.uri}"
     if reason is None and not cfg.checkpoint.resume:
         reason = "checkpoint.resume is off"

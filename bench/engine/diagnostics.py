@@ -32,7 +32,8 @@ def gini(w: Tensor, mask: Tensor) -> Tensor:  # [B]
     valid = mask.bool()
     L = valid.sum(-1, keepdim=True).to(w.dtype)  # [B, 1]
     ordered = torch.sort(w.masked_fill(~valid, float("inf")), dim=-1).values.masked_fill(
-        ~torch.sort(valid.float(), dim=-1, descending=True).values.bool(), 0.0)  # valid weights first, ascending
+        ~torch.sort(valid.float(), dim=-1, descending=True).values.bool(), 0.0
+    )  # valid weights first, ascending
     rank = torch.arange(1, w.shape[-1] + 1, dtype=w.dtype, device=w.device)  # [T]
     coeff = (2 * rank - L - 1) * (rank <= L)  # [B, T]
     total = (w * valid).sum(-1)
@@ -68,11 +69,13 @@ def credit_diagnostics(credit: Tensor, mask: Tensor) -> dict[str, float]:
         return out
     w, m = w[has], m[has]
     thirds = mass_by_thirds(w, m).mean(0)
-    out.update({
-        "credit/gini": float(gini(w, m).mean()),
-        "credit/effective_token_ratio": float(effective_token_ratio(w, m).mean()),
-        "credit/mass_early": float(thirds[0]),
-        "credit/mass_middle": float(thirds[1]),
-        "credit/mass_late": float(thirds[2]),
-    })
+    out.update(
+        {
+            "credit/gini": float(gini(w, m).mean()),
+            "credit/effective_token_ratio": float(effective_token_ratio(w, m).mean()),
+            "credit/mass_early": float(thirds[0]),
+            "credit/mass_middle": float(thirds[1]),
+            "credit/mass_late": float(thirds[2]),
+        }
+    )
     return out

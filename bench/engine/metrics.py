@@ -1,17 +1,23 @@
 """Evaluation metrics: the unbiased pass@k estimator (Chen et al. 2021), its torchmetrics
-Metric with standard errors over problems, and MLflow-safe metric names."""
+Metric with standard errors over problems, MLflow-safe metric names, and the numbers one eval set
+reports (:func:`eval_summary`, the same for a training run's evals and ``creditbench eval``)."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import Metric
+
+from bench.config import EvalConfig
+from bench.core import RolloutBatch
+from bench.distributed import gather_objects
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -56,6 +62,10 @@ class PassAtK(Metric):
         self.n.append(torch.full((correct.shape[0],), correct.shape[1], dtype=torch.long))
         self.c.append(correct.sum(-1).long())
 
+    def num_correct(self) -> int:
+        """Correct completions over every problem."""
+        return int(torch.cat(self.c).sum()) if self.c else 0
+
     def per_problem(self) -> dict[int, np.ndarray]:
         n = torch.cat(self.n).tolist() if self.n else []
         c = torch.cat(self.c).tolist() if self.c else []
@@ -66,7 +76,9 @@ class PassAtK(Metric):
         if len(n) == 0:
             return {}
         if int(n.min()) < max(self.ks):
-            raise ValueError(f"pass@{max(self.ks)} needs at least {max(self.ks)} samples per problem, got {int(n.min())}")
+            raise ValueError(
+                f"pass@{max(self.ks)} needs at least {max(self.ks)} samples per problem, got {int(n.min())}"
+            )
         out = {}
         for k, vals in self.per_problem().items():
             out[f"pass_at_{k}"] = float(vals.mean())
@@ -84,3 +96,80 @@ def standard_error(values: np.ndarray) -> float:
     if len(values) < 2:
         return float("nan")
     return float(values.std(ddof=1) / math.sqrt(len(values)))
+
+
+def eval_summary(
+    metric: PassAtK, lengths: Sequence[float], truncated: Sequence[bool], flexible: Sequence[bool]
+) -> dict[str, float]:
+    """One eval set's numbers: ``metric``'s (updated with every problem), then the mean completion
+    length, the truncated fraction, the flexible extraction's accuracy beside the strict one
+    (``pass_at_1``) and the completion tokens spent per correct answer (nan when none is correct).
+    ``lengths``, ``truncated`` and ``flexible`` have one entry per completion."""
+    res = metric.compute()
+    lengths = np.asarray(lengths, dtype=float)
+    n_correct = metric.num_correct()
+    res["mean_length"] = float(lengths.mean())
+    res["truncated_frac"] = float(np.mean(truncated))
+    res["flexible_avg_at_n"] = float(np.mean(flexible))
+    res["tokens_per_correct"] = float(lengths.sum() / n_correct) if n_correct > 0 else float("nan")
+    return res
+
+
+@dataclass
+class EvalResult:
+    """One eval set's results: :func:`eval_summary`'s numbers, each problem's pass@1, and the logged
+    completions (one per problem, in order)."""
+
+    summary: dict[str, float]
+    per_problem_pass_at_1: list[float]
+    samples: list[dict[str, Any]]
+
+
+class EvalEpoch:
+    """What one eval pass saw of each eval set (``names``): each problem's n verdicts, each
+    completion's length, truncation and flexible verdict, and one completion per problem for a table
+    (``samples_to_log`` in all). With W processes each holds its contiguous chunk of every set, which
+    :meth:`results` gathers back in rank order, so every process gets the whole sets' results."""
+
+    def __init__(self, names: list[str], cfg: EvalConfig, samples_to_log: int):
+        self.n, self.samples_to_log = cfg.n, samples_to_log
+        self.metrics = {name: PassAtK(cfg.k, sync_on_compute=False) for name in names}
+        self.seen: dict[str, dict[str, list]] = {}
+
+    def start(self) -> None:
+        for metric in self.metrics.values():
+            metric.reset()
+        self.seen = {
+            name: {"correct": [], "lengths": [], "truncated": [], "flex": [], "samples": []} for name in self.metrics
+        }
+
+    def add(self, name: str, rows: list[dict], batch: RolloutBatch, info: list[dict]) -> None:
+        """``batch``: n completions of each of ``rows`` (grouped), ``info`` the verifier's details of each."""
+        n, seen = self.n, self.seen[name]
+        seen["correct"].append(batch.correct.view(len(rows), n).cpu())  # [problems, n]
+        seen["lengths"].extend(batch.lengths.tolist())
+        seen["truncated"].extend(batch.truncated.tolist())
+        seen["flex"].extend(bool(i["correct_flexible"]) for i in info)
+        if len(seen["samples"]) < self.samples_to_log:
+            for j in range(0, batch.size, n):  # one completion per problem
+                seen["samples"].append(
+                    {
+                        "prompt": batch.prompts[j],
+                        "completion": batch.completions[j],
+                        "parsed": info[j]["parsed"],
+                        "reward": float(batch.rewards[j]),
+                        "answer": rows[j // n]["answer"],
+                    }
+                )
+
+    def results(self) -> dict[str, EvalResult]:
+        """Every eval set's results, from every process's chunk (a collective call under DDP)."""
+        parts = gather_objects(self.seen)
+        out = {}
+        for name, metric in self.metrics.items():
+            seen = {k: [x for part in parts for x in part[name][k]] for k in self.seen[name]}
+            for correct in seen["correct"]:
+                metric.update(correct)
+            summary = eval_summary(metric, seen["lengths"], seen["truncated"], seen["flex"])
+            out[name] = EvalResult(summary, metric.per_problem()[1].tolist(), seen["samples"][: self.samples_to_log])
+        return out

@@ -103,8 +103,9 @@ def add_lora(model, rank: int, alpha: float, dropout: float, targets: list[str])
         # the adapter's random init must not shift the seeded stream the rollouts draw from, so a
         # LoRA run's step-0 evaluation samples exactly what a full fine-tuning run's does
         with torch.random.fork_rng(devices=[]):
-            return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
-                                                    target_modules=target, bias="none"))
+            return get_peft_model(
+                model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target, bias="none")
+            )
     except ValueError as e:  # no module matched the targets
         raise CreditBenchError(f"model.lora.targets {targets}: {str(e).splitlines()[0]}") from None
 
@@ -181,7 +182,9 @@ def shared_prefix_cache(model, prompt_ids, prompt_mask, position_ids, masked: bo
     if groups is None:
         return None
     first, inverse = groups
-    kwargs = {"attention_mask": prompt_mask[first, : P - 1], "position_ids": position_ids[first, : P - 1]} if masked else {}
+    kwargs = (
+        {"attention_mask": prompt_mask[first, : P - 1], "position_ids": position_ids[first, : P - 1]} if masked else {}
+    )
     out = model(input_ids=prompt_ids[first, : P - 1], use_cache=True, logits_to_keep=1, **kwargs)
     cache = getattr(out, "past_key_values", None)
     if type(cache) is not DynamicCache or any(type(layer) is not DynamicLayer for layer in cache.layers):
@@ -190,8 +193,17 @@ def shared_prefix_cache(model, prompt_ids, prompt_mask, position_ids, masked: bo
     return cache
 
 
-def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
-          with_entropy: bool = True, with_logits: bool = False, with_hidden: bool = False) -> Scores:
+def score(
+    model,
+    prompt_ids,
+    prompt_mask,
+    completion_ids,
+    completion_mask,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    with_logits: bool = False,
+    with_hidden: bool = False,
+) -> Scores:
     """Per-token log-probs (and entropies, logits, last hidden states) of the completions under ``model``.
 
     Prompts are left-padded and completions right-padded; positions count real tokens only, so a
@@ -213,10 +225,28 @@ def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, tempe
     p0 = min(int(real_p.long().argmax()), P - 1) if bool(real_p.any()) else P - 1  # first prompt column in use
     t1 = int(real_c.nonzero().max()) + 1 if bool(real_c.any()) else 1  # completion columns in use
     if p0 == 0 and t1 == T:
-        return _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature,
-                      with_entropy, with_logits, with_hidden)
-    s = _score(model, prompt_ids[:, p0:], prompt_mask[:, p0:], completion_ids[:, :t1], completion_mask[:, :t1],
-               temperature, with_entropy, with_logits, with_hidden)
+        return _score(
+            model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            temperature,
+            with_entropy,
+            with_logits,
+            with_hidden,
+        )
+    s = _score(
+        model,
+        prompt_ids[:, p0:],
+        prompt_mask[:, p0:],
+        completion_ids[:, :t1],
+        completion_mask[:, :t1],
+        temperature,
+        with_entropy,
+        with_logits,
+        with_hidden,
+    )
     pad = T - t1  # right-pad every [B, t1, ...] output back to [B, T, ...] with zeros (masked positions)
     for name in ("logprobs", "entropy", "logits", "hidden", "hidden_pre"):
         v = getattr(s, name)
@@ -225,8 +255,17 @@ def score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, tempe
     return s
 
 
-def _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float,
-           with_entropy: bool, with_logits: bool, with_hidden: bool) -> Scores:
+def _score(
+    model,
+    prompt_ids,
+    prompt_mask,
+    completion_ids,
+    completion_mask,
+    temperature: float,
+    with_entropy: bool,
+    with_logits: bool,
+    with_hidden: bool,
+) -> Scores:
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
     masked = not bool(prompt_mask.all())
     attn = position_ids = None
@@ -241,6 +280,7 @@ def _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temp
     norm = _final_norm(model) if with_hidden else None
     handle = None
     if norm is not None:
+
         def hook(_module, args, output):
             captured["pre"], captured["post"] = args[0][:, off : off + T].detach(), output[:, off : off + T].detach()
 
@@ -254,8 +294,13 @@ def _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temp
             # only follows them), and lets attention take its unmasked fast path.
             out = model(input_ids=input_ids, logits_to_keep=T + 1, **kwargs)
         else:
-            out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids[:, start:],
-                        logits_to_keep=T + 1, **kwargs)
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attn,
+                position_ids=position_ids[:, start:],
+                logits_to_keep=T + 1,
+                **kwargs,
+            )
     finally:
         if handle is not None:
             handle.remove()

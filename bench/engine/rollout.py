@@ -1,10 +1,12 @@
-"""Rollout engines. ``HFRolloutEngine`` samples with Hugging Face ``generate`` (KV cache, one
-batched call for every prompt x sample, each distinct prompt prefilled once and its KV cache shared
-by its samples); it is always available and is what the tests use."""
+"""Rollout engines: what :class:`RolloutEngine` asks of one, and ``HFRolloutEngine``, which samples with
+Hugging Face ``generate`` (KV cache, one batched call for every prompt x sample, each distinct prompt
+prefilled once and its KV cache shared by its samples); it is always available and is what the tests
+use. The vLLM engine is in :mod:`bench.engine.vllm_engine`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import torch
 from torch import Tensor
@@ -44,10 +46,53 @@ def completion_mask(completion_ids: Tensor, eos_id: int) -> tuple[Tensor, Tensor
     return (~seen_before).long(), ~is_eos.any(-1)
 
 
+class RolloutEngine(Protocol):
+    """What the module samples with. An engine that samples from the training policy itself sees every
+    update at once; a ``separate`` one holds its own copy of the weights, which ``sync`` refreshes after
+    each update (and after a resume), and may free its memory with ``sleep`` from the end of the
+    rollouts to the next ``sync``. Both are no-ops for an engine that is not separate."""
+
+    separate: ClassVar[bool]  # holds its own copy of the weights
+
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Generation:
+        """``n`` completions for each prompt, as rows p0s0, p0s1, ..., p1s0, ... (grouped)."""
+        ...
+
+    def generate_ids(self, sequences: list[Tensor], max_new_tokens: int, sampling: SamplingConfig) -> Generation:
+        """One completion for each token-id sequence (e.g. a prompt followed by a forced prefix)."""
+        ...
+
+    def sync(self, policy) -> None:
+        """Sample from ``policy``'s current weights from now on."""
+        ...
+
+    def sleep(self) -> None:
+        """Free what the engine holds until the next ``sync`` (the update needs the memory)."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine for good (its memory and any process-wide state)."""
+        ...
+
+
 class HFRolloutEngine:
+    """Samples with the policy's own ``generate``: it sees every update at once, so there is nothing
+    to sync, put to sleep or close."""
+
+    separate: ClassVar[bool] = False
+
     def __init__(self, model, tokenizer):
         self.model = model
         self.tokenizer = tokenizer
+
+    def sync(self, policy) -> None:
+        pass
+
+    def sleep(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Generation:

@@ -53,9 +53,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bench.errors import CreditBenchError
 from bench.config import SamplingConfig
 from bench.engine.rollout import Generation, completion_mask
+from bench.errors import CreditBenchError
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM accepts for max_lora_rank
 
@@ -95,14 +95,17 @@ class VLLMRolloutEngine:
     ``generate`` / ``generate_ids`` follow :class:`bench.engine.rollout.HFRolloutEngine`; ``sleep`` frees
     the GPU for the update and ``sync(policy)`` pushes the updated weights (and wakes it up)."""
 
+    separate: ClassVar[bool] = True  # vLLM holds its own copy of the weights
     _open: ClassVar[weakref.WeakSet] = weakref.WeakSet()  # engines not closed yet (at most one)
 
     def __init__(self, policy, tokenizer, cfg, seed: int = 0):
         if self._open:
             gc.collect()  # an unreachable engine shuts down (and frees vLLM's process state) now, not later
         if self._open:
-            raise CreditBenchError("a vLLM engine is already open in this process and vLLM keeps one at a "
-                                   "time: close() it before building another")
+            raise CreditBenchError(
+                "a vLLM engine is already open in this process and vLLM keeps one at a "
+                "time: close() it before building another"
+            )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: weights are pushed by reference
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm import LLM
@@ -125,9 +128,14 @@ class VLLMRolloutEngine:
         tokenizer.save_pretrained(self._dir)
         dtype = str(next(policy.parameters()).dtype).removeprefix("torch.")
         kwargs = {
-            "model": self._dir, "dtype": dtype, "seed": seed, "enforce_eager": cfg.enforce_eager,
+            "model": self._dir,
+            "dtype": dtype,
+            "seed": seed,
+            "enforce_eager": cfg.enforce_eager,
             "max_model_len": cfg.max_model_len or model.config.max_position_embeddings,
-            "logprobs_mode": "processed_logprobs", "generation_config": "vllm", "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
+            "generation_config": "vllm",
+            "enable_prefix_caching": True,
         }
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * 2**30)
@@ -135,8 +143,7 @@ class VLLMRolloutEngine:
             kwargs.update(gpu_memory_utilization=cfg.gpu_memory_utilization, enable_sleep_mode=self.sleeps)
         if self.adapter:
             rank = policy.peft_config[policy.active_adapter].r
-            kwargs.update(enable_lora=True, max_loras=1,
-                          max_lora_rank=next((r for r in LORA_RANKS if r >= rank), rank))
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=next((r for r in LORA_RANKS if r >= rank), rank))
 
         # vLLM reseeds the global RNGs and, on CPU, replaces torch.set_num_threads for good; the
         # trainer's random streams and thread count must not change because an engine was built.
@@ -173,9 +180,14 @@ class VLLMRolloutEngine:
         from vllm import SamplingParams
 
         return SamplingParams(
-            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-            max_tokens=max_new_tokens, stop_token_ids=[self.tokenizer.eos_token_id], seed=seed,
-            logprobs=0 if self.cfg.mismatch_check else None, detokenize=False,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k or -1,
+            max_tokens=max_new_tokens,
+            stop_token_ids=[self.tokenizer.eos_token_id],
+            seed=seed,
+            logprobs=0 if self.cfg.mismatch_check else None,
+            detokenize=False,
         )
 
     def _generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, sampling: SamplingConfig) -> Generation:
@@ -186,8 +198,9 @@ class VLLMRolloutEngine:
         prompts = [p for p in prompts for _ in range(n)]
         seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
         params = [self.sampling_params(sampling, max_new_tokens, s) for s in seeds]
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
-                                    lora_request=self._lora_request, use_tqdm=False)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": p} for p in prompts], params, lora_request=self._lora_request, use_tqdm=False
+        )
         rows = [(p, out.outputs[0]) for p, out in zip(prompts, outputs)]
         B, P = len(rows), max(len(p) for p in prompts)
         T = max(len(c.token_ids) for _, c in rows)
@@ -196,18 +209,26 @@ class VLLMRolloutEngine:
         comp = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
         logprobs = torch.zeros(B, T) if self.cfg.mismatch_check else None
         for i, (p, c) in enumerate(rows):
-            prompt_ids[i, P - len(p):] = torch.tensor(p)
-            prompt_mask[i, P - len(p):] = 1
+            prompt_ids[i, P - len(p) :] = torch.tensor(p)
+            prompt_mask[i, P - len(p) :] = 1
             comp[i, : len(c.token_ids)] = torch.tensor(c.token_ids)
             if logprobs is not None:
                 logprobs[i, : len(c.token_ids)] = torch.tensor(
-                    [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)])
+                    [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)]
+                )
         cmask, truncated = completion_mask(comp, tok.eos_token_id)
         comp = comp.masked_fill(cmask == 0, tok.pad_token_id)
         texts = tok.batch_decode(comp, skip_special_tokens=True)
         device = next(self.policy.parameters()).device
-        return Generation(prompt_ids.to(device), prompt_mask.to(device), comp.to(device), cmask.to(device),
-                          truncated.to(device), texts, None if logprobs is None else logprobs.to(device))
+        return Generation(
+            prompt_ids.to(device),
+            prompt_mask.to(device),
+            comp.to(device),
+            cmask.to(device),
+            truncated.to(device),
+            texts,
+            None if logprobs is None else logprobs.to(device),
+        )
 
     # ------------------------------------------------------------------ weights
     def sleep(self) -> None:

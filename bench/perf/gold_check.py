@@ -12,14 +12,14 @@ results/tasks/gold_check.{md,json} with the rates per dataset and every failing 
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.perf.common import md_table, perf_parser, write_report
+
 THRESHOLD = 0.995
+RATES = ("gold_correct_strict", "gold_correct_flexible", "shifted_wrong_strict", "shifted_wrong_flexible")
 
 
 def datasets(data_dir: str) -> list[tuple[str, str]]:
@@ -47,7 +47,7 @@ def shifted(answer: str) -> str:
     m = re.search(r"\d+", answer)
     if m is None:
         return f"{answer}+1"
-    return answer[: m.start()] + str(int(m.group()) + 1) + answer[m.end():]
+    return answer[: m.start()] + str(int(m.group()) + 1) + answer[m.end() :]
 
 
 def check_rows(task, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -95,24 +95,42 @@ def run(data_dir: str, names: list[tuple[str, str]], limit: int = 0) -> dict[str
         res = check_rows(task, rows)
         res["source"] = task.sources[split].local
         out[f"{name}/{split}"] = res
-        worst = min(res[k] for k in ("gold_correct_strict", "gold_correct_flexible",
-                                     "shifted_wrong_strict", "shifted_wrong_flexible"))
-        print(f"{name}/{split}: {res['rows']} rows, worst rate {worst:.4f}, {len(res['failures'])} failing rows, "
-              f"{res['verifications_per_s']:.0f} verifications/s", flush=True)
+        worst = min(res[k] for k in RATES)
+        print(
+            f"{name}/{split}: {res['rows']} rows, worst rate {worst:.4f}, {len(res['failures'])} failing rows, "
+            f"{res['verifications_per_s']:.0f} verifications/s",
+            flush=True,
+        )
     return out
 
 
 def markdown(results: dict[str, Any]) -> str:
-    lines = ["# Verifier check on the datasets' own answers", "",
-             "Gold answer in `\\boxed{}` must grade correct, a shifted answer (first integer + 1) must grade wrong, "
-             f"for at least {THRESHOLD:.1%} of rows. Produced by `python -m bench.perf.gold_check`.", "",
-             "| dataset (task/split) | file | rows | gold correct strict | gold correct flexible | shifted wrong strict "
-             "| shifted wrong flexible | failing rows | verifications/s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for key, r in results.items():
-        lines.append(f"| {key} | `{r['source']}` | {r['rows']} | {r['gold_correct_strict']:.4f} | "
-                     f"{r['gold_correct_flexible']:.4f} | {r['shifted_wrong_strict']:.4f} | "
-                     f"{r['shifted_wrong_flexible']:.4f} | {len(r['failures'])} | {r['verifications_per_s']:.0f} |")
-    lines += ["", "## Failing rows", ""]
+    header = (
+        "dataset (task/split) | file | rows | gold correct strict | gold correct flexible | shifted wrong strict "
+        "| shifted wrong flexible | failing rows | verifications/s"
+    )
+    rows = [
+        [
+            key,
+            f"`{r['source']}`",
+            r["rows"],
+            *(f"{r[k]:.4f}" for k in RATES),
+            len(r["failures"]),
+            f"{r['verifications_per_s']:.0f}",
+        ]
+        for key, r in results.items()
+    ]
+    lines = [
+        "# Verifier check on the datasets' own answers",
+        "",
+        "Gold answer in `\\boxed{}` must grade correct, a shifted answer (first integer + 1) must grade wrong, "
+        f"for at least {THRESHOLD:.1%} of rows. Produced by `python -m bench.perf.gold_check`.",
+        "",
+        *md_table(header, rows, align="llrrrrrrr"),
+        "",
+        "## Failing rows",
+        "",
+    ]
     for key, r in results.items():
         for f in r["failures"]:
             lines.append(f"- {key} `{f['id']}` gold `{f['answer'][:120]}`: {f['why']}")
@@ -122,7 +140,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.perf.gold_check", description=__doc__.split("\n\n")[0])
+    ap = perf_parser(__doc__, "python -m bench.perf.gold_check")
     ap.add_argument("--data-dir", default="../shared/data")
     ap.add_argument("--tasks", default="", help="comma-separated task/split; default every math dataset")
     ap.add_argument("--limit", type=int, default=0, help="first N rows of each dataset (0: all)")
@@ -130,11 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     names = [tuple(s.split("/")) for s in a.tasks.split(",") if s] or datasets(a.data_dir)
     results = run(a.data_dir, names, a.limit)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2))
-    out.with_suffix(".md").write_text(markdown(results))
-    print(f"wrote {out.with_suffix('.md')}")
+    md_path, _ = write_report(a.out, markdown(results), results)
+    print(f"wrote {md_path}")
     return 0
 
 

@@ -5,37 +5,36 @@
                                   [--out results/benchmarks]
 
 For each completion length T, one fixed rollout batch (B = tokens / T rows in groups of 4, lengths
-drawn in [T/2, T], mixed rewards) is trained on by every method through the engine's own code path
-(``RLVRModule.score_batch`` then ``RLVRModule.update``: the forward with grad, the method's credit
-and loss, aggregation, backward, clip and AdamW; ``score_batch`` holds any extra forward a method
-needs, such as ARCA's adapter-off pass). The KL term is off for every method so that only credit
-and loss differ. A method that needs LoRA (ARCA) is compared with the baseline under the same LoRA
-adapter. Methods are interleaved within each repetition; the median over repetitions (after one
-warm-up) is reported, with valid tokens per second and the peak resident memory the step adds
-(CPU; peak allocated memory on CUDA).
+drawn in [T/2, T], mixed rewards) is trained on by every method through the engine's own code path,
+called without a Trainer (``bench.engine.step.score_batch`` then ``bench.engine.step.update``: the
+forward with grad, the method's credit and loss, aggregation, backward, clip and AdamW;
+``score_batch`` holds any extra forward a method needs, such as ARCA's adapter-off pass). The KL
+term is off for every method so that only credit and loss differ. A method that needs LoRA (ARCA)
+is compared with the baseline under the same LoRA adapter. Methods are interleaved within each
+repetition; the median over repetitions (after one warm-up) is reported, with valid tokens per
+second and the peak resident memory the step adds (CPU; peak allocated memory on CUDA).
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import threading
 import time
-from pathlib import Path
 
 import torch
 
-from bench.config import EvalConfig, RLConfig
+from bench.config import RLConfig
 from bench.core import RolloutBatch
-from bench.engine.module import RLVRModule
 from bench.engine.policy import add_lora, build_tiny, num_parameters
-from bench.registry import METHODS, TASKS
+from bench.engine.step import score_batch, update
+from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
+from bench.registry import METHODS
 
+PROG = "python -m bench.perf.methods"
 G = 4
 PROMPT = 16
 
@@ -90,25 +89,37 @@ def make_batch(T: int, rows: int, vocab: int, seed: int, device) -> RolloutBatch
     rewards[0::G], rewards[1::G] = 1.0, 0.0  # every group mixed
     ids = torch.randint(3, vocab, (rows, T), generator=g) * mask
     b = RolloutBatch(
-        prompt_ids=torch.randint(3, vocab, (rows, PROMPT), generator=g), prompt_mask=torch.ones(rows, PROMPT, dtype=torch.long),
-        completion_ids=ids, completion_mask=mask, group_ids=torch.arange(rows // G).repeat_interleave(G),
-        rewards=rewards, correct=rewards > 0, truncated=lengths == T, max_new_tokens=T,
+        prompt_ids=torch.randint(3, vocab, (rows, PROMPT), generator=g),
+        prompt_mask=torch.ones(rows, PROMPT, dtype=torch.long),
+        completion_ids=ids,
+        completion_mask=mask,
+        group_ids=torch.arange(rows // G).repeat_interleave(G),
+        rewards=rewards,
+        correct=rewards > 0,
+        truncated=lengths == T,
+        max_new_tokens=T,
     )
     return b if device.type == "cpu" else _to(b, device)
 
 
 def _to(b: RolloutBatch, device) -> RolloutBatch:
-    return dataclasses.replace(b, **{f.name: getattr(b, f.name).to(device) for f in dataclasses.fields(b)
-                                     if isinstance(getattr(b, f.name), torch.Tensor)})
+    return dataclasses.replace(
+        b,
+        **{
+            f.name: getattr(b, f.name).to(device)
+            for f in dataclasses.fields(b)
+            if isinstance(getattr(b, f.name), torch.Tensor)
+        },
+    )
 
 
 class Bench:
-    """One policy (optionally with LoRA) and a plain AdamW, driving the module's update outside a Trainer."""
+    """One policy (optionally with LoRA) and a plain AdamW, driving the engine's update without a Trainer."""
 
     def __init__(self, size: str, T: int, lora: bool, device):
         model, self.tok = build_tiny(size, seed=0, max_positions=PROMPT + T)
         self.policy = add_lora(model, 8, 16.0, 0.0, ["all-linear"]) if lora else model
-        self.policy.to(device)
+        self.policy.to(device).train()
         self.device = device
         self.params = num_parameters(model)
 
@@ -116,25 +127,21 @@ class Bench:
         cls = METHODS.get(method_name)
         method = cls(cls.Config(kl_coef=0.0))
         rl = RLConfig(steps=1, prompts_per_step=batch.size // G, group_size=G, lr=1e-6)
-        task = TASKS.get("arithmetic")()
-        module = RLVRModule(self.policy, self.tok, method, task, "arithmetic", rl, EvalConfig())
         opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=1e-6)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        module.optimizers, module.lr_schedulers = (lambda: opt), (lambda: sched)
-        module.manual_backward = lambda loss: loss.backward()
         b = batch.select(torch.arange(batch.size, device=batch.completion_ids.device))  # fresh, unscored copy
         with PeakMemory(self.device) as mem:
             t0 = time.perf_counter()
-            module.score_batch(b, fused=True)
-            module.update(b, fused=True)
+            hidden_off = score_batch(self.policy, None, method, b, rl, fused=True)
+            update(self.policy, method, b, rl, opt, sched, torch.Tensor.backward, fused=True, hidden_off=hidden_off)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - t0
         return elapsed, mem.added
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = perf_parser(__doc__, PROG)
     ap.add_argument("--lengths", nargs="+", type=int, default=[256, 1024, 4096])
     ap.add_argument("--tokens", type=int, default=16384, help="completion tokens per batch (rows = tokens / length)")
     ap.add_argument("--size", default="tiny-500k")
@@ -142,7 +149,7 @@ def main() -> None:
     ap.add_argument("--baseline", default="grpo", help="the method every other one is compared with")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="results/benchmarks")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     methods = a.methods or METHODS.names()
     METHODS.get(a.baseline)
     for m in methods:
@@ -169,49 +176,55 @@ def main() -> None:
                 if rep > 0:
                     times[run].append(t)
                     mems[run].append(mem)
-        for (m, lora) in runs:
+        for m, lora in runs:
             t = statistics.median(times[(m, lora)])
             base = statistics.median(times[(a.baseline, lora)])
-            results.append({"length": T, "rows": rows, "valid_tokens": valid, "method": m, "lora": lora,
-                            "update_s": t, "tokens_per_s": valid / t, "vs_baseline": t / base,
-                            "peak_mem_mb": max(mems[(m, lora)]) / 2**20})
+            results.append(
+                {
+                    "length": T,
+                    "rows": rows,
+                    "valid_tokens": valid,
+                    "method": m,
+                    "lora": lora,
+                    "update_s": t,
+                    "tokens_per_s": valid / t,
+                    "vs_baseline": t / base,
+                    "peak_mem_mb": max(mems[(m, lora)]) / 2**20,
+                }
+            )
             print(json.dumps(results[-1]))
-    write(results, a, device, benches[False].params)
+    host = machine_line(machine())
+    text = markdown(results, a, host, benches[False].params)
+    write_outputs(a.out, "methods_update", text, {"machine": host, "results": results})
+    print(text)
 
 
-def write(results: list[dict], a, device, params: int) -> None:
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    machine = (f"{torch.cuda.get_device_name()}" if device.type == "cuda" else
-               f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} torch threads") + f", torch {torch.__version__}"
+def markdown(results: list[dict], a, host: str, params: int) -> str:
+    """The report: one row per method (and LoRA setting), the columns of each length side by side."""
     lengths = sorted({r["length"] for r in results})
-    lines = [f"# Update step per method against {a.baseline} ({machine})", "",
-             f"{a.size} ({params:,} parameters), fp32, {a.tokens} completion tokens per batch (rows = tokens / length, "
-             f"groups of {G}, lengths in [T/2, T]), KL off, median of {a.reps} interleaved repetitions after a warm-up. "
-             "Update = the engine's score_batch + update (forward with grad, credit, loss, backward, clip, AdamW). "
-             f"Methods that need LoRA (adapter-on/off hidden states) are compared with {a.baseline} under the same LoRA adapter (rank 8). "
-             "Memory = peak resident memory the step adds, sampled every millisecond after returning the allocator's free pages (malloc_trim).", "",
-             "| method | " + " | ".join(f"T={T}: s | tok/s | x {a.baseline} | MB" for T in lengths) + " |",
-             "|---|" + "---|---|---|---|" * len(lengths)]
+    table = []
     for key in dict.fromkeys((r["method"], r["lora"]) for r in results):
         cells = []
         for T in lengths:
             r = next(x for x in results if (x["method"], x["lora"]) == key and x["length"] == T)
-            cells.append(f"{r['update_s']:.3f} | {r['tokens_per_s']:,.0f} | {r['vs_baseline']:.2f} | {r['peak_mem_mb']:.0f}")
-        name = key[0] + (" (LoRA)" if key[1] else "")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    (out / "methods_update.md").write_text("\n".join(lines) + "\n")
-    (out / "methods_update.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
-    print("\n".join(lines))
+            cells.append(
+                f"{r['update_s']:.3f} | {r['tokens_per_s']:,.0f} | {r['vs_baseline']:.2f} | {r['peak_mem_mb']:.0f}"
+            )
+        table.append([key[0] + (" (LoRA)" if key[1] else ""), *cells])
+    lines = [
+        f"# Update step per method against {a.baseline} ({host})",
+        "",
+        f"{a.size} ({params:,} parameters), fp32, {a.tokens} completion tokens per batch (rows = tokens / "
+        f"length, groups of {G}, lengths in [T/2, T]), KL off, median of {a.reps} interleaved repetitions "
+        "after a warm-up. Update = the engine's score_batch + update (forward with grad, credit, loss, "
+        "backward, clip, AdamW). Methods that need LoRA (adapter-on/off hidden states) are compared with "
+        f"{a.baseline} under the same LoRA adapter (rank 8). Memory = peak resident memory the step adds, "
+        "sampled every millisecond after returning the allocator's free pages (malloc_trim).",
+        "",
+        *md_table("method | " + " | ".join(f"T={T}: s | tok/s | x {a.baseline} | MB" for T in lengths), table),
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    import sys
-
-    from bench.errors import CreditBenchError
-
-    try:
-        main()
-    except CreditBenchError as e:
-        print(f"bench_methods: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, PROG)

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.perf.common import machine, machine_line, md_table, perf_parser, write_report
+
 
 def _parse_shrink(items: list[str]) -> dict:
     out = {}
@@ -69,14 +71,31 @@ def _one(args: argparse.Namespace) -> None:
     def series(key: str) -> list[float]:
         return [m.value for m in sorted(client.get_metric_history(result["mlflow_run_id"], key), key=lambda m: m.step)]
 
-    steps = {k: series(k) for k in ("time/rollout_s", "time/score_s", "time/update_s", "time/sync_s",
-                                    "time/step_s", "train/tokens", "train/response_length")}
-    print("RESULT " + json.dumps({
-        "engine": args.engine, "steps": steps,
-        "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
-        "peak_gpu_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if torch.cuda.is_available() else None,
-        "mismatch": {k: series(k) for k in ("rollout/logprob_abs_diff_mean", "rollout/prob_ratio_max")},
-    }), flush=True)
+    steps = {
+        k: series(k)
+        for k in (
+            "time/rollout_s",
+            "time/score_s",
+            "time/update_s",
+            "time/sync_s",
+            "time/step_s",
+            "train/tokens",
+            "train/response_length",
+        )
+    }
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "engine": args.engine,
+                "steps": steps,
+                "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
+                "peak_gpu_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if torch.cuda.is_available() else None,
+                "mismatch": {k: series(k) for k in ("rollout/logprob_abs_diff_mean", "rollout/prob_ratio_max")},
+            }
+        ),
+        flush=True,
+    )
 
 
 def summarize(res: dict) -> dict:
@@ -92,36 +111,62 @@ def summarize(res: dict) -> dict:
 
     gen = med(per_step)
     rollout, score, update = med(s["time/rollout_s"]), med(s["time/score_s"]), med(s["time/update_s"])
-    return {"engine": res["engine"], "gen_tokens_per_step": gen, "rollout_s": rollout,
-            "rollout_tok_s": gen / rollout if rollout else float("nan"),
-            "update_s": score + update, "update_tok_s": gen / (score + update) if score + update else float("nan"),
-            "sync_s": med(s["time/sync_s"]) if s["time/sync_s"] else 0.0, "step_s": med(s["time/step_s"]),
-            "peak_gpu_gb": res["peak_gpu_gb"], "peak_gpu_reserved_gb": res["peak_gpu_reserved_gb"],
-            "logprob_abs_diff_mean": med(res["mismatch"]["rollout/logprob_abs_diff_mean"]) if res["mismatch"]["rollout/logprob_abs_diff_mean"] else None,
-            "prob_ratio_max": max(res["mismatch"]["rollout/prob_ratio_max"]) if res["mismatch"]["rollout/prob_ratio_max"] else None}
+    diff, ratio = res["mismatch"]["rollout/logprob_abs_diff_mean"], res["mismatch"]["rollout/prob_ratio_max"]
+    return {
+        "engine": res["engine"],
+        "gen_tokens_per_step": gen,
+        "rollout_s": rollout,
+        "rollout_tok_s": gen / rollout if rollout else float("nan"),
+        "update_s": score + update,
+        "update_tok_s": gen / (score + update) if score + update else float("nan"),
+        "sync_s": med(s["time/sync_s"]) if s["time/sync_s"] else 0.0,
+        "step_s": med(s["time/step_s"]),
+        "peak_gpu_gb": res["peak_gpu_gb"],
+        "peak_gpu_reserved_gb": res["peak_gpu_reserved_gb"],
+        "logprob_abs_diff_mean": med(diff) if diff else None,
+        "prob_ratio_max": max(ratio) if ratio else None,
+    }
 
 
-def markdown(rows: list[dict], args: argparse.Namespace, machine: str) -> str:
+def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
     def f(x, fmt):
         return "–" if x is None or x != x else format(x, fmt)
 
-    lines = [f"# RL step throughput at {args.model} size ({'random init, ' + str(args.shrink) if args.shrink else 'random init'})",
-             "", f"Machine: {machine}. {args.prompts} prompts x G={args.group_size}, {args.new_tokens} new tokens "
-             f"(every completion runs to the budget), {args.minibatches} minibatch(es), precision {args.precision}, "
-             f"fp32 master weights, activation checkpointing {'on' if args.gradient_checkpointing else 'off'}; "
-             f"median of steps 2..{args.steps}.", "",
-             "| engine | rollout tok/s | rollout s | update tok/s | update s | sync s | step s | peak GPU GB (alloc / reserved) | mean abs logprob diff (vLLM vs trainer) | max prob ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['engine']} | {f(r['rollout_tok_s'], ',.0f')} | {f(r['rollout_s'], '.2f')} | "
-                     f"{f(r['update_tok_s'], ',.0f')} | {f(r['update_s'], '.2f')} | {f(r['sync_s'], '.2f')} | "
-                     f"{f(r['step_s'], '.2f')} | {f(r['peak_gpu_gb'], '.1f')} / {f(r['peak_gpu_reserved_gb'], '.1f')} | "
-                     f"{f(r['logprob_abs_diff_mean'], '.4f')} | {f(r['prob_ratio_max'], '.3f')} |")
+    header = (
+        "engine | rollout tok/s | rollout s | update tok/s | update s | sync s | step s | "
+        "peak GPU GB (alloc / reserved) | mean abs logprob diff (vLLM vs trainer) | max prob ratio"
+    )
+    table = [
+        [
+            r["engine"],
+            f(r["rollout_tok_s"], ",.0f"),
+            f(r["rollout_s"], ".2f"),
+            f(r["update_tok_s"], ",.0f"),
+            f(r["update_s"], ".2f"),
+            f(r["sync_s"], ".2f"),
+            f(r["step_s"], ".2f"),
+            f"{f(r['peak_gpu_gb'], '.1f')} / {f(r['peak_gpu_reserved_gb'], '.1f')}",
+            f(r["logprob_abs_diff_mean"], ".4f"),
+            f(r["prob_ratio_max"], ".3f"),
+        ]
+        for r in rows
+    ]
+    init = f"random init, {args.shrink}" if args.shrink else "random init"
+    lines = [
+        f"# RL step throughput at {args.model} size ({init})",
+        "",
+        f"Machine: {host}. {args.prompts} prompts x G={args.group_size}, {args.new_tokens} new tokens "
+        f"(every completion runs to the budget), {args.minibatches} minibatch(es), precision {args.precision}, "
+        f"fp32 master weights, activation checkpointing {'on' if args.gradient_checkpointing else 'off'}; "
+        f"median of steps 2..{args.steps}.",
+        "",
+        *md_table(header, table),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = perf_parser(__doc__, "python -m bench.perf.scale")
     ap.add_argument("--model", default="Qwen/Qwen3-1.7B", help="an architecture of bench.run.hub_archs")
     ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
     ap.add_argument("--steps", type=int, default=4)
@@ -153,8 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         uri = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
         rows = []
         for engine in args.engines:
-            cmd = [sys.executable, "-m", "bench.perf.scale", *(sys.argv[1:] if argv is None else argv),
-                   "--engine", engine, "--checkpoint", str(ckpt), "--uri", uri]
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.perf.scale",
+                *(sys.argv[1:] if argv is None else argv),
+                "--engine",
+                engine,
+                "--checkpoint",
+                str(ckpt),
+                "--uri",
+                uri,
+            ]
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "CREDITBENCH_CACHE": str(Path(tmp) / "cache")}
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -165,25 +220,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     if not rows:
         return 1
-    machine = _machine()
-    text = markdown(rows, args, machine)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    out.with_suffix(".json").write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows}, indent=2))
+    host = machine_line(machine())
+    text = markdown(rows, args, host)
+    write_report(args.out, text, {"machine": host, "args": vars(args), "rows": rows})
     print(text)
     return 0
-
-
-def _machine() -> str:
-    import platform
-
-    import torch
-
-    if torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(0)
-        return f"{p.name} ({p.total_memory / 2**30:.0f} GiB), torch {torch.__version__}"
-    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 if __name__ == "__main__":

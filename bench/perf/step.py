@@ -4,21 +4,19 @@
                                [--task arithmetic] [--out results/benchmarks]
 
 For each size, an RL step of the embedded default (GRPO on arithmetic unless told otherwise;
-16 prompts x G=8, 36 new tokens, fp32) runs through the real Lightning module and is split into rollout (generate), verify, score (the
-forward passes the update cannot provide, e.g. the KL reference) and update (forward, backward,
-clip, AdamW). The floor is what no RL step can avoid: a bare ``generate`` of the same batch plus
-one forward/backward and optimizer step over the same tokens. Both are measured in the same
-process, one after the other, after two warm-up steps; the medians are reported.
+16 prompts x G=8, 36 new tokens, fp32) runs through the real Lightning module and is split into
+rollout (generate), verify, score (the forward passes the update cannot provide, e.g. the KL
+reference) and update (forward, backward, clip, AdamW). The floor is what no RL step can avoid: a
+bare ``generate`` of the same batch plus one forward/backward and optimizer step over the same
+tokens. Both are measured in the same process, one after the other, after two warm-up steps; the
+medians are reported.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -26,12 +24,17 @@ from lightning.pytorch.loggers import Logger
 
 from bench.config import EvalConfig, RLConfig
 from bench.engine.module import PromptDataModule, RLVRModule
-from bench.numerics import aggregate
 from bench.engine.policy import build_tiny, num_parameters, score
+from bench.numerics import aggregate
+from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS, TASKS
+
+PHASES = ("time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")
 
 
 class MemoryLogger(Logger):
+    """Keeps every logged row in memory, where the benchmarks (and tests) read the step timings back."""
+
     def __init__(self):
         super().__init__()
         self.rows: list[dict[str, float]] = []
@@ -56,9 +59,17 @@ def rl_steps(size: str, steps: int, kl_coef: float, method_name: str, task_name:
     rl = RLConfig(steps=steps)
     module = RLVRModule(model, tok, method, task, task_name, rl, EvalConfig(every=10**6), ref_policy=ref)
     logger = MemoryLogger()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=logger, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        limit_val_batches=0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(), 0))
     return [r for r in logger.rows if "time/step_s" in r]
 
@@ -75,8 +86,15 @@ def floor_steps(size: str, steps: int, task_name: str) -> list[float]:
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         ids, mask = enc["input_ids"].repeat_interleave(8, 0), enc["attention_mask"].repeat_interleave(8, 0)
         with torch.no_grad():
-            seq = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=36,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            seq = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                top_k=0,
+                max_new_tokens=36,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
         comp = seq[:, ids.shape[1] :]
         cmask = torch.ones_like(comp)
         s = score(model, ids, mask, comp, cmask, with_entropy=False)
@@ -87,14 +105,41 @@ def floor_steps(size: str, steps: int, task_name: str) -> list[float]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def markdown(results: list[dict], method: str, task: str, steps: int, host: str) -> str:
+    """The report: one row per size and KL coefficient, each phase's median seconds against the floor."""
+    table = [
+        [
+            r["size"],
+            f"{r['params']:,}",
+            r["kl_coef"],
+            *(f"{r[k]:.3f}" for k in PHASES),
+            f"{r['floor_s']:.3f}",
+            f"{r['step_over_floor']:.2f}",
+        ]
+        for r in results
+    ]
+    lines = [
+        f"# One {method} RL step on {task}, broken down ({host})",
+        "",
+        f"16 prompts x G=8, up to 36 new tokens, fp32, median of {steps} steps after 2 warm-up steps. "
+        "Floor = bare generate + one forward/backward + AdamW step over the same tokens.",
+        "",
+        *md_table(
+            "size | params | KL beta | rollout s | verify s | score s | update s | step s | floor s | step / floor",
+            table,
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = perf_parser(__doc__, "python -m bench.perf.step")
     ap.add_argument("--sizes", nargs="+", default=["tiny-500k", "tiny-2m", "tiny-8m"])
     ap.add_argument("--steps", type=int, default=6, help="measured steps per setting (after 2 warm-up steps)")
     ap.add_argument("--method", default="grpo", help="a registered method (its paper config, with beta 0 and 0.04)")
     ap.add_argument("--task", default="arithmetic", help="a registered task with an eval split")
     ap.add_argument("--out", default="results/benchmarks")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     METHODS.get(a.method), TASKS.get(a.task)  # unknown names fail here, before any work
     torch.set_num_threads(min(2, torch.get_num_threads()))
     results = []
@@ -103,38 +148,26 @@ def main() -> None:
         for kl in (0.0, 0.04):
             rows = rl_steps(size, a.steps + 2, kl, a.method, a.task)[2:]
             floor = floor_steps(size, a.steps + 2, a.task)[2:]
-            med = {k: statistics.median(r[k] for r in rows) for k in
-                   ("time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")}
+            med = {k: statistics.median(r[k] for r in rows) for k in PHASES}
             tokens = statistics.median(r["train/response_length"] for r in rows) * 128
             f = statistics.median(floor)
-            results.append({"size": size, "params": params, "kl_coef": kl, **med, "floor_s": f,
-                            "step_over_floor": med["time/step_s"] / f, "gen_tokens_per_step": tokens})
+            results.append(
+                {
+                    "size": size,
+                    "params": params,
+                    "kl_coef": kl,
+                    **med,
+                    "floor_s": f,
+                    "step_over_floor": med["time/step_s"] / f,
+                    "gen_tokens_per_step": tokens,
+                }
+            )
             print(json.dumps(results[-1]))
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    lines = [f"# One {a.method} RL step on {a.task}, broken down ({machine})", "",
-             "16 prompts x G=8, up to 36 new tokens, fp32, median of "
-             f"{a.steps} steps after 2 warm-up steps. Floor = bare generate + one forward/backward + AdamW step "
-             "over the same tokens.", "",
-             "| size | params | KL beta | rollout s | verify s | score s | update s | step s | floor s | step / floor |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        lines.append(f"| {r['size']} | {r['params']:,} | {r['kl_coef']} | {r['time/rollout_s']:.3f} | {r['time/verify_s']:.3f} "
-                     f"| {r['time/score_s']:.3f} | {r['time/update_s']:.3f} | {r['time/step_s']:.3f} | {r['floor_s']:.3f} "
-                     f"| {r['step_over_floor']:.2f} |")
-    (out / "rl_step.md").write_text("\n".join(lines) + "\n")
-    (out / "rl_step.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
-    print("\n".join(lines))
+    host = machine_line(machine())
+    text = markdown(results, a.method, a.task, a.steps, host)
+    write_outputs(a.out, "rl_step", text, {"machine": host, "results": results})
+    print(text)
 
 
 if __name__ == "__main__":
-    import sys
-
-    from bench.errors import CreditBenchError
-
-    try:
-        main()
-    except CreditBenchError as e:
-        print(f"bench_step: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, "python -m bench.perf.step")

@@ -3,12 +3,12 @@
     python -m bench.perf.ui_screenshot --uri sqlite:///mlflow.db --sweep methods \\
         --out results/ui/runs_table.png --out-chart results/ui/metric_chart.png
 
-It starts ``creditbench ui`` on a free port, opens the experiment's runs table filtered to the sweep
-(search ``tags.sweep = 'NAME'``, sorted by the pass@1 metric, with the method/model/seed tag columns
-and the metric columns shown) and the chart view of the same runs filtered to that metric, saves the
-screenshots and always stops the server. Needs Debian's Chromium (/usr/bin/chromium, or the path in
-$CREDITBENCH_CHROMIUM) and the Python package playwright (``pip install -e '.[browser]'``); never
-``playwright install``.
+It starts ``creditbench ui`` on a free port (bench/perf/ui_server.py), opens the experiment's runs
+table filtered to the sweep (search ``tags.sweep = 'NAME'``, sorted by the pass@1 metric, with the
+method/model/seed tag columns and the metric columns shown) and the chart view of the same runs
+filtered to that metric, saves the screenshots and always stops the server. Needs Debian's Chromium
+(/usr/bin/chromium, or the path in $CREDITBENCH_CHROMIUM) and the Python package playwright
+(``pip install -e '.[browser]'``); never ``playwright install``.
 
 How the MLflow 3 UI is driven (hash routes of its single-page app):
 
@@ -25,31 +25,40 @@ How the MLflow 3 UI is driven (hash routes of its single-page app):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.errors import CreditBenchError, did_you_mean
+from bench.errors import CreditBenchError
+from bench.perf.common import perf_parser
+from bench.perf.ui_server import (
+    experiment_id,
+    pass_at_1_metric,
+    run_metrics,
+    run_name,
+    serve_ui,
+    sweep_filter,
+    sweep_runs,
+)
 
 CHROMIUM = os.environ.get("CREDITBENCH_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps trying to reach Google's hosts.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 VIEWPORT = {"width": 1600, "height": 1000}
 TAG_COLUMNS = ("method", "model", "model_params", "seed")
 UI_STATE_KEY = 'MLflowLocalStorage-1.1-ExperimentPage-["{eid}"]-ReactComponentState'
@@ -60,86 +69,15 @@ _QUIET_UI = {"mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true", "mlflow.as
 def browser_missing() -> str | None:
     """Why a browser session can't start here (one line), or None when Chromium and playwright are there."""
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        return (f"headless Chromium not found at {CHROMIUM}: apt-get install -y chromium "
-                "(or set CREDITBENCH_CHROMIUM to its path)")
+        return (
+            f"headless Chromium not found at {CHROMIUM}: apt-get install -y chromium "
+            "(or set CREDITBENCH_CHROMIUM to its path)"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "the Python package playwright is missing: pip install -e '.[browser]' (never 'playwright install')"
     return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop the server's whole process group (``mlflow ui`` starts workers of its own); SIGKILL what lingers."""
-    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(0.2)
-            if proc.poll() is not None and not _group_alive(proc.pid):
-                return
-
-
-def _last_line(path: str) -> str:
-    """The server log's last error line (e.g. the port in use), else its last line."""
-    lines = Path(path).read_text(errors="replace").strip().splitlines()
-    errors = [ln for ln in lines if re.search(r"error|errno", ln, re.IGNORECASE)]
-    return (errors or lines or ["(no output)"])[-1].strip()
-
-
-@contextlib.contextmanager
-def serve_ui(uri: str, port: int = 0, timeout: float = 240.0) -> Iterator[str]:
-    """Run ``creditbench ui --uri URI --port P`` (a free port when 0) until the block ends; yields its base URL.
-
-    Waits until the server answers ``/health``; the server (and everything it started) is stopped
-    on leaving the block, also on errors.
-    """
-    port = port or free_port()
-    log = tempfile.NamedTemporaryFile(prefix="creditbench-ui-", suffix=".log", delete=False)
-    cmd = [sys.executable, "-m", "bench.cli", "ui", "--uri", uri, "--port", str(port)]
-    # Browsing runs needs none of the server's background job workers (a handful of processes).
-    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise CreditBenchError(f"creditbench ui exited with status {proc.returncode}: {_last_line(log.name)}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise CreditBenchError(f"creditbench ui did not answer on {base} within {timeout:.0f}s; "
-                                       f"its last output: {_last_line(log.name)}")
-            time.sleep(1.0)
-        yield base
-    finally:
-        _stop(proc)
-        log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(log.name)
 
 
 @contextlib.contextmanager
@@ -154,96 +92,24 @@ def browser(viewport: dict[str, int] | None = None) -> Iterator[Any]:
     try:
         with sync_playwright() as p:
             ctx = p.chromium.launch_persistent_context(
-                profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-                viewport=viewport or VIEWPORT, device_scale_factor=1)
+                profile,
+                executable_path=CHROMIUM,
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport=viewport or VIEWPORT,
+                device_scale_factor=1,
+            )
             try:
                 ctx.set_default_timeout(60_000)
                 for k, v in _QUIET_UI.items():
-                    ctx.add_init_script(f"try {{ localStorage.setItem({json.dumps(k)}, {json.dumps(v)}); }} catch (e) {{}}")
+                    ctx.add_init_script(
+                        f"try {{ localStorage.setItem({json.dumps(k)}, {json.dumps(v)}); }} catch (e) {{}}"
+                    )
                 yield ctx
             finally:
                 ctx.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
-
-
-def _api(base: str, path: str, body: dict | None = None) -> dict:
-    """One call of the tracking server's REST API (GET without a body, POST with one)."""
-    url = f"{base}/api/2.0/mlflow/{path}"
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        if e.code == 404:
-            return {}
-        raise CreditBenchError(f"MLflow server answered {e.code} for {path}: {e.read()[:200]!r}") from None
-
-
-def experiment_id(base: str, name: str) -> str:
-    """The id of the experiment called ``name`` on the server at ``base``."""
-    exp = _api(base, "experiments/get-by-name?" + urllib.parse.urlencode({"experiment_name": name}))
-    if exp.get("experiment"):
-        return exp["experiment"]["experiment_id"]
-    names = [e["name"] for e in _api(base, "experiments/search", {"max_results": 1000}).get("experiments", [])]
-    raise did_you_mean("experiment", name, names)
-
-
-def search_runs(base: str, eid: str, filter_string: str) -> list[dict]:
-    """All active runs of experiment ``eid`` matching an MLflow search filter (REST ``runs/search`` dicts)."""
-    runs: list[dict] = []
-    token = None
-    while True:
-        body = {"experiment_ids": [eid], "filter": filter_string, "max_results": 1000, "run_view_type": "ACTIVE_ONLY"}
-        if token:
-            body["page_token"] = token
-        page = _api(base, "runs/search", body)
-        runs += page.get("runs", [])
-        token = page.get("next_page_token")
-        if not token:
-            return runs
-
-
-def run_tags(run: dict) -> dict[str, str]:
-    """A REST run's tags as a dict."""
-    return {t["key"]: t.get("value", "") for t in run.get("data", {}).get("tags", [])}
-
-
-def run_metrics(run: dict) -> set[str]:
-    """The keys of the metrics a REST run logged."""
-    return {m["key"] for m in run.get("data", {}).get("metrics", [])}
-
-
-def run_name(run: dict) -> str:
-    """A REST run's name (its id when it has none)."""
-    return run["info"].get("run_name") or run_tags(run).get("mlflow.runName", run["info"]["run_id"])
-
-
-def sweep_filter(sweep: str) -> str:
-    """The runs-table search text that selects a sweep's runs (its parent run included)."""
-    return "tags.sweep = '{}'".format(sweep.replace("'", "\\'"))
-
-
-def sweep_runs(base: str, eid: str, sweep: str) -> list[dict]:
-    """The sweep's runs; a CreditBenchError naming the sweeps there are when it has none."""
-    runs = search_runs(base, eid, sweep_filter(sweep))
-    if runs:
-        return runs
-    known = {run_tags(r).get("sweep") for r in search_runs(base, eid, "")} - {None}
-    raise did_you_mean("sweep", sweep, known)
-
-
-def pass_at_1_metric(runs: list[dict]) -> str:
-    """``eval/<task>/pass_at_1`` of the runs' training task (their ``task`` tag), else the first one logged."""
-    keys = sorted({k for r in runs for k in run_metrics(r) if re.fullmatch(r"eval/[^/]+/pass_at_1", k)})
-    for r in runs:
-        task = run_tags(r).get("task")
-        if task and f"eval/{task}/pass_at_1" in keys:
-            return f"eval/{task}/pass_at_1"
-    if not keys:
-        raise CreditBenchError("none of the sweep's runs logged an eval/<task>/pass_at_1 metric yet")
-    return keys[0]
 
 
 def ui_state(metric: str, columns: tuple[str, ...] = TAG_COLUMNS, x_axis: str = "step") -> dict:
@@ -256,9 +122,14 @@ def ui_state(metric: str, columns: tuple[str, ...] = TAG_COLUMNS, x_axis: str = 
     tag_cols = [f"tags.`{c}`" for c in columns]
     # The table applies widths only to the columns named in columnOrder.
     order = ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *tag_cols, *metric_cols]
-    widths = {"attributes.`Run Name`": 280, "runDateAndNestInfo": 140, "duration": 80,
-              **{c: 60 if c == "tags.`seed`" else 110 for c in tag_cols},
-              metric_cols[0]: 190, metric_cols[1]: 170}
+    widths = {
+        "attributes.`Run Name`": 280,
+        "runDateAndNestInfo": 140,
+        "duration": 80,
+        **{c: 60 if c == "tags.`seed`" else 110 for c in tag_cols},
+        metric_cols[0]: 190,
+        metric_cols[1]: 170,
+    }
     return {
         "selectedColumns": tag_cols + metric_cols,
         "columnOrder": order,
@@ -266,8 +137,11 @@ def ui_state(metric: str, columns: tuple[str, ...] = TAG_COLUMNS, x_axis: str = 
         "runsHiddenMode": "SHOW_ALL",
         "hideEmptyCharts": True,
         "chartsSearchFilter": metric,
-        "globalLineChartConfig": {"xAxisKey": "step" if x_axis == "step" else "metric", "lineSmoothness": 0,
-                                  "selectedXAxisMetricKey": "" if x_axis == "step" else samples},
+        "globalLineChartConfig": {
+            "xAxisKey": "step" if x_axis == "step" else "metric",
+            "lineSmoothness": 0,
+            "selectedXAxisMetricKey": "" if x_axis == "step" else samples,
+        },
     }
 
 
@@ -282,13 +156,16 @@ def runs_url(base: str, eid: str, search: str, order_by: str | None = None, mode
 def seed_ui_state(ctx: Any, eid: str, state: dict) -> None:
     """Make every page the context opens start from ``state`` for experiment ``eid``."""
     key = UI_STATE_KEY.format(eid=eid)
-    ctx.add_init_script(f"try {{ localStorage.setItem({json.dumps(key)}, {json.dumps(json.dumps(state))}); }} catch (e) {{}}")
+    ctx.add_init_script(
+        f"try {{ localStorage.setItem({json.dumps(key)}, {json.dumps(json.dumps(state))}); }} catch (e) {{}}"
+    )
 
 
 def chart_card(page: Any, metric: str) -> Any:
     """The chart-view card whose title is ``metric``."""
     return page.locator("[data-testid='experiment-view-compare-runs-card']").filter(
-        has=page.locator(f"h4[title={json.dumps(metric)}]"))
+        has=page.locator(f"h4[title={json.dumps(metric)}]")
+    )
 
 
 def open_runs_table(page: Any, base: str, eid: str, sweep: str, metric: str, names: list[str]) -> None:
@@ -321,7 +198,8 @@ _FIT_LEGEND_JS = """label => {
   legend.style.height = (legend.clientHeight + extra) + 'px';
   legend.style.maxHeight = 'none';
   for (const el of [plot, ...plot.querySelectorAll('div')]) {
-    if (!el.closest('.js-plotly-plot') && el.getBoundingClientRect().height >= h - 1) el.style.height = (h - extra) + 'px';
+    if (!el.closest('.js-plotly-plot') && el.getBoundingClientRect().height >= h - 1)
+      el.style.height = (h - extra) + 'px';
   }
   window.dispatchEvent(new Event('resize'));
   return extra;
@@ -349,8 +227,16 @@ def open_fullscreen_chart(page: Any, card: Any, legend_label: str) -> Any:
     return dialog
 
 
-def screenshot(uri: str, out: str | Path, out_chart: str | Path | None = None, *, sweep: str = "methods",
-               experiment: str = "creditbench", port: int = 0, x_axis: str = "step") -> list[Path]:
+def screenshot(
+    uri: str,
+    out: str | Path,
+    out_chart: str | Path | None = None,
+    *,
+    sweep: str = "methods",
+    experiment: str = "creditbench",
+    port: int = 0,
+    x_axis: str = "step",
+) -> list[Path]:
     """Save the sweep's runs table (and, with ``out_chart``, its pass@1-vs-step chart) as PNGs."""
     reason = browser_missing()
     if reason:
@@ -379,19 +265,24 @@ def screenshot(uri: str, out: str | Path, out_chart: str | Path | None = None, *
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.perf.ui_screenshot", description=__doc__.split("\n\n")[0])
+    ap = perf_parser(__doc__, "python -m bench.perf.ui_screenshot")
     ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     ap.add_argument("--experiment", default="creditbench")
     ap.add_argument("--sweep", default="methods")
     ap.add_argument("--out", required=True, help="PNG of the sweep's runs table")
     ap.add_argument("--out-chart", help="PNG of the sweep's eval pass@1 chart")
-    ap.add_argument("--x-axis", choices=["step", "samples"], default="step",
-                    help="the chart's x axis: the training step or eval/<task>/samples")
+    ap.add_argument(
+        "--x-axis",
+        choices=["step", "samples"],
+        default="step",
+        help="the chart's x axis: the training step or eval/<task>/samples",
+    )
     ap.add_argument("--port", type=int, default=0, help="UI port (0: a free one)")
     a = ap.parse_args(argv)
     try:
-        for p in screenshot(a.uri, a.out, a.out_chart, sweep=a.sweep, experiment=a.experiment, port=a.port,
-                            x_axis=a.x_axis):
+        for p in screenshot(
+            a.uri, a.out, a.out_chart, sweep=a.sweep, experiment=a.experiment, port=a.port, x_axis=a.x_axis
+        ):
             print(p)
     except CreditBenchError as e:
         print(f"error: {e}", file=sys.stderr)

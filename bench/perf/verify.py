@@ -2,84 +2,97 @@
 
     python -m bench.perf.verify [--data-dir ../shared/data] [--math-items 2000] [--workers 0,1,2]
 
-Math items are MATH-500 rows graded against realistic completions (the gold answer boxed at the
-end of some reasoning text, a shifted wrong answer, an unboxed final number), with the flexible
-extraction on (as evaluation runs) and off (as training rollouts run). Code items are HumanEval's
-164 canonical solutions and 164 wrong ones, each a separate sandboxed process. Each figure is
-the best of ``--reps`` timed passes after one warm pass (pool start-up is reported separately).
-Writes results/benchmarks/verify.{md,json}.
+Math items are MATH-500 rows graded through the task's ``verify`` against realistic completions (the
+gold answer boxed at the end of some reasoning text, a shifted wrong answer, an unboxed final
+number), with the flexible extraction on (as evaluation runs) and off (as training rollouts run).
+Code items are HumanEval's 164 canonical solutions and 164 wrong ones, each a separate sandboxed
+process. Each figure is the best of ``--reps`` timed passes after one warm pass (pool start-up is
+reported separately). Writes results/benchmarks/verify.{md,json}.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import time
-from pathlib import Path
+
+from bench.perf.common import machine, machine_line, md_table, perf_parser, write_report
+from bench.perf.gold_check import shifted
+from bench.registry import TASKS
+
+REASONING = "Let us work through the problem step by step. First we simplify the expression; then we check the cases. "
 
 
-def math_items(data_dir: str, count: int, task: str):
-    from bench.perf.gold_check import shifted
-    from bench.registry import TASKS
+def math_task(name: str, data_dir: str, workers: int):
+    """The registered math task ``name``, its grader on ``workers`` processes (0: inline)."""
+    cls = TASKS.get(name)
+    return cls(cls.Config(data_dir=data_dir, grader_workers=workers))
 
-    cls = TASKS.get(task)
-    rows = list(cls(cls.Config(data_dir=data_dir, grader_workers=0)).load("eval"))
-    completions, answers = [], []
-    reasoning = "Let us work through the problem step by step. First we simplify the expression; then we check the cases. "
+
+def math_items(data_dir: str, count: int, task: str) -> tuple[list[str], list[dict]]:
+    """``count`` completions and the rows they answer: the gold answer boxed at the end of some reasoning,
+    a shifted wrong answer boxed, and the gold answer unboxed, in turn."""
+    rows = list(math_task(task, data_dir, 0).load("eval"))
+    completions, answered = [], []
     for i in range(count):
         r = rows[i % len(rows)]
         kind = i % 3
         if kind == 0:
-            text = f"{reasoning}So the final answer is $\\boxed{{{r['answer']}}}$."
+            text = f"{REASONING}So the final answer is $\\boxed{{{r['answer']}}}$."
         elif kind == 1:
-            text = f"{reasoning}Therefore the answer is $\\boxed{{{shifted(r['answer'])}}}$."
+            text = f"{REASONING}Therefore the answer is $\\boxed{{{shifted(r['answer'])}}}$."
         else:
-            text = f"{reasoning}The answer is {r['answer']}"
+            text = f"{REASONING}The answer is {r['answer']}"
         completions.append(text)
-        answers.append(r["answer"])
-    return completions, answers
+        answered.append(r)
+    return completions, answered
 
 
 def bench_math(data_dir: str, count: int, workers: list[int], reps: int, task: str) -> list[dict]:
-    from tasks.math_grader import MathGrader, shutdown_pools
-
-    completions, answers = math_items(data_dir, count, task)
+    """Math verifications per second through the task's own ``verify`` (``details``: the flexible
+    extraction), per worker count. The grader shares one pool per size within the process and the task
+    does not stop it, so each distinct count starts (and times) its own pool; a count listed twice reuses
+    the running one."""
+    completions, rows = math_items(data_dir, count, task)
     out = []
     for w in workers:
         t0 = time.perf_counter()
-        grader = MathGrader(timeout=5, workers=w)
-        grader(completions[:8], answers[:8])  # starts the pool (if any)
+        verifier = math_task(task, data_dir, w)
+        verifier.verify(completions[:8], rows[:8])  # starts the pool (if any)
         startup = time.perf_counter() - t0
         for flexible in (True, False):
             best = float("inf")
             for _ in range(reps):
                 t = time.perf_counter()
-                grader(completions, answers, flexible=flexible)
+                verifier.verify(completions, rows, details=flexible)
                 best = min(best, time.perf_counter() - t)
-            out.append({"kind": "math", "workers": w, "flexible": flexible, "items": count,
-                        "per_s": count / best, "startup_s": startup})
+            out.append(
+                {
+                    "kind": "math",
+                    "workers": w,
+                    "flexible": flexible,
+                    "items": count,
+                    "per_s": count / best,
+                    "startup_s": startup,
+                }
+            )
             print(f"math workers={w} flexible={flexible}: {count / best:.0f} verifications/s", flush=True)
-        shutdown_pools()
     return out
 
 
 def bench_code(data_dir: str, workers: list[int], reps: int, task: str) -> list[dict]:
-    from bench.registry import TASKS
-
+    """Programs per second through the code task's sandbox: the reference solutions and as many wrong
+    ones, per worker count."""
+    cls = TASKS.get(task)
     out = []
     for w in workers:
-        cls = TASKS.get(task)
-        task = cls(cls.Config(data_dir=data_dir, workers=w))
-        task.allow_code_execution()
-        rows = list(task.load("eval"))
+        runner = cls(cls.Config(data_dir=data_dir, workers=w))
+        runner.allow_code_execution()
+        rows = list(runner.load("eval"))
         jobs = [r["answer"] for r in rows] + ["    return None\n"] * len(rows)
         rows2 = rows + rows
         best = float("inf")
         for _ in range(reps):
             t = time.perf_counter()
-            res = task.verify(jobs, rows2)
+            res = runner.verify(jobs, rows2)
             best = min(best, time.perf_counter() - t)
         assert sum(o.correct for o in res) == len(rows), "a canonical solution failed"
         out.append({"kind": "code", "workers": w, "items": len(jobs), "per_s": len(jobs) / best})
@@ -88,20 +101,26 @@ def bench_code(data_dir: str, workers: list[int], reps: int, task: str) -> list[
 
 
 def markdown(res: list[dict], env: dict) -> str:
-    lines = ["# Verifier throughput", "", f"Machine: {env['cpus']} CPUs ({env['platform']}); "
-             "`python -m bench.perf.verify`. Best of the timed passes after a warm pass.", "",
-             "| verifier | workers | items | flexible extraction | verifications/s | pool start-up s |",
-             "|---|---:|---:|---|---:|---:|"]
+    rows = []
     for r in res:
         workers = "inline" if r["workers"] == 0 else r["workers"]
         flex = {True: "on (eval)", False: "off (training)"}.get(r.get("flexible"), "-")
         start = f"{r['startup_s']:.2f}" if "startup_s" in r else "-"
-        lines.append(f"| {r['kind']} | {workers} | {r['items']} | {flex} | {r['per_s']:.1f} | {start} |")
+        rows.append([r["kind"], workers, r["items"], flex, f"{r['per_s']:.1f}", start])
+    header = "verifier | workers | items | flexible extraction | verifications/s | pool start-up s"
+    lines = [
+        "# Verifier throughput",
+        "",
+        f"Machine: {machine_line(env)} ({env['platform']}); `python -m bench.perf.verify`. "
+        "Best of the timed passes after a warm pass.",
+        "",
+        *md_table(header, rows, align="lrrlrr"),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.perf.verify", description=__doc__.split("\n\n")[0])
+    ap = perf_parser(__doc__, "python -m bench.perf.verify")
     ap.add_argument("--data-dir", default="../shared/data")
     ap.add_argument("--math-items", type=int, default=2000)
     ap.add_argument("--workers", default="0,1,2", help="math grader workers (0: inline)")
@@ -111,14 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code-task", default="humaneval", help="a code task whose reference solutions are run")
     ap.add_argument("--out", default="results/benchmarks/verify")
     a = ap.parse_args(argv)
-    env = {"cpus": os.cpu_count(), "platform": platform.platform()}
+    env = machine()
     res = bench_math(a.data_dir, a.math_items, [int(w) for w in a.workers.split(",")], a.reps, a.math_task)
     res += bench_code(a.data_dir, [int(w) for w in a.code_workers.split(",")], a.reps, a.code_task)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"env": env, "results": res}, indent=2))
-    out.with_suffix(".md").write_text(markdown(res, env))
-    print(f"wrote {out.with_suffix('.md')}")
+    md_path, _ = write_report(a.out, markdown(res, env), {"env": env, "results": res})
+    print(f"wrote {md_path}")
     return 0
 
 

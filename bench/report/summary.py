@@ -22,58 +22,71 @@ import numpy as np
 
 from bench.errors import CreditBenchError
 from bench.report.stats import cost_to_target, curve_auc, t_interval
+from bench.run.result import RunResult
+from bench.run.spec import TARGETS, SweepSpec
+from bench.run.sweep import Sweep
 
-#: per-run values summarised over seeds, besides pass@k and avg@n (their keys come from the runs)
-TARGETS = ("gain", "final")
-"""How the to-target cost's pass@1 is set from the baseline: a share of its gain over its base
-policy, or a share of its final pass@1."""
-RUN_METRICS = ("auc_samples", "auc_tokens", "samples_to_target", "tokens_to_target", "tokens_per_correct",
-               "mean_length", "truncated_frac", "base_pass_at_1", "samples", "tokens", "steps", "wall_s")
+RUN_METRICS = (
+    "auc_samples",
+    "auc_tokens",
+    "samples_to_target",
+    "tokens_to_target",
+    "tokens_per_correct",
+    "mean_length",
+    "truncated_frac",
+    "base_pass_at_1",
+    "samples",
+    "tokens",
+    "steps",
+    "wall_s",
+)
+"""Per-run values summarised over seeds, besides pass@k and avg@n (their keys come from the runs)."""
 
 
-def load_runs(results_dir: str, sweep: str, keys: list[str] | None = None) -> list[dict[str, Any]]:
+def load_runs(results_dir: str, sweep: str, keys: list[str] | None = None) -> list[RunResult]:
+    """The finished runs of a sweep (those of ``keys`` only, when given) from results/<sweep>/runs/."""
     folder = Path(results_dir) / sweep / "runs"
     paths = [folder / f"{k}.json" for k in keys] if keys is not None else sorted(folder.glob("*.json"))
-    runs = []
-    for p in paths:
-        if not p.is_file():
-            continue
-        try:
-            runs.append(json.loads(p.read_text()))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CreditBenchError(f"run result {p} is not valid JSON ({e}); delete it and run the sweep again to "
-                                   "redo that run") from None
+    runs = [RunResult.load(p) for p in paths if p.is_file()]
     if not runs:
         root = Path(results_dir)
         have = sorted({q.parent.parent.name for q in root.glob("*/runs/*.json")}) if root.is_dir() else []
         hint = f" (sweeps with finished runs in {results_dir}: {', '.join(have)})" if have else ""
         raise CreditBenchError(f"no finished runs under {folder}; run the sweep first{hint}")
-    for r in runs:
-        r.setdefault("label", r.get("tags", {}).get("label") or r["method"])
     return runs
 
 
-def _curves(run: dict, eval_task: str) -> tuple[list[float], list[float], list[float]]:
-    h = [e for e in run["history"] if eval_task in e["eval"]]
-    return ([float(e["samples"]) for e in h], [float(e["tokens"]) for e in h],
-            [float(e["eval"][eval_task]["pass_at_1"]) for e in h])
+def _curves(run: RunResult, eval_task: str) -> tuple[list[float], list[float], list[float]]:
+    h = [e for e in run.history if eval_task in e.eval]
+    return (
+        [float(e.samples) for e in h],
+        [float(e.tokens) for e in h],
+        [float(e.eval[eval_task]["pass_at_1"]) for e in h],
+    )
 
 
-def build_report(runs: list[dict[str, Any]], baseline: str = "grpo", target: float = 0.9,
-                 budget: dict[str, int] | None = None, sweep: str = "", target_of: str = "gain") -> dict[str, Any]:
-    """The report dict (INTERFACES: results/<sweep>/report.json) of a sweep's runs."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+def build_report(
+    runs: list[RunResult],
+    baseline: str = SweepSpec.baseline,
+    target: float = SweepSpec.target,
+    budget: dict[str, int] | None = None,
+    sweep: str = "",
+    target_of: str = SweepSpec.target_of,
+) -> dict[str, Any]:
+    """The report dict (INTERFACES: results/<sweep>/report.json) of a sweep's runs; the baseline and
+    target settings default to a sweep spec's."""
+    groups: dict[tuple, list[RunResult]] = defaultdict(list)
     for r in runs:
-        for ev in r.get("eval_tasks", [r["task"]]):
-            groups[(r["label"], r["model"], r["task"], ev)].append(r)
+        for ev in r.eval_tasks:
+            groups[(r.label, r.model, r.task, ev)].append(r)
     # horizons shared by every method of a (model, task, eval task): the budget, or the least any run
     # consumed, so each curve is observed over the whole horizon
     horizon: dict[tuple, dict[str, float]] = {}
     for (label, model, task, ev), rs in groups.items():
         h = horizon.setdefault((model, task, ev), {"samples": math.inf, "tokens": math.inf})
         for r in rs:
-            h["samples"] = min(h["samples"], r["samples"])
-            h["tokens"] = min(h["tokens"], r["tokens"])
+            h["samples"] = min(h["samples"], r.samples)
+            h["tokens"] = min(h["tokens"], r.tokens)
     for h in horizon.values():
         for kind in ("samples", "tokens"):
             if budget and kind in budget:
@@ -86,7 +99,7 @@ def build_report(runs: list[dict[str, Any]], baseline: str = "grpo", target: flo
     for (label, model, task, ev), rs in groups.items():
         if label == baseline:
             final = float(np.mean([_final(r, ev)["pass_at_1"] for r in rs]))
-            start = float(np.mean([r["history"][0]["eval"][ev]["pass_at_1"] for r in rs]))
+            start = float(np.mean([r.history[0].eval[ev]["pass_at_1"] for r in rs]))
             if target_of == "final":
                 goal[(model, task, ev)] = target * final
             else:
@@ -101,17 +114,25 @@ def build_report(runs: list[dict[str, Any]], baseline: str = "grpo", target: flo
             xs, xt, y = _curves(r, ev)
             f = _final(r, ev)
             v = {k: f[k] for k in f if k.startswith(("pass_at_", "avg_at_")) and not k.endswith("_se")}
-            v.update(auc_samples=curve_auc(xs, y, h["samples"]), auc_tokens=curve_auc(xt, y, h["tokens"]),
-                     samples_to_target=cost_to_target(xs, y, g) if g is not None else None,
-                     tokens_to_target=cost_to_target(xt, y, g) if g is not None else None,
-                     tokens_per_correct=f.get("tokens_per_correct"), mean_length=f.get("mean_length"),
-                     truncated_frac=f.get("truncated_frac"), base_pass_at_1=r["history"][0]["eval"][ev]["pass_at_1"],
-                     samples=r["samples"], tokens=r["tokens"], steps=r["steps"], wall_s=r["wall_s"])
-            vals[r["seed"]] = {k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in v.items()}
+            v.update(
+                auc_samples=curve_auc(xs, y, h["samples"]),
+                auc_tokens=curve_auc(xt, y, h["tokens"]),
+                samples_to_target=cost_to_target(xs, y, g) if g is not None else None,
+                tokens_to_target=cost_to_target(xt, y, g) if g is not None else None,
+                tokens_per_correct=f.get("tokens_per_correct"),
+                mean_length=f.get("mean_length"),
+                truncated_frac=f.get("truncated_frac"),
+                base_pass_at_1=r.history[0].eval[ev]["pass_at_1"],
+                samples=r.samples,
+                tokens=r.tokens,
+                steps=r.steps,
+                wall_s=r.wall_s,
+            )
+            vals[r.seed] = {k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in v.items()}
         per_run[key] = vals
 
     rows = []
-    for key in sorted(groups, key=lambda k: (k[3], groups[k][0]["params"], k[0] != baseline, k[0])):
+    for key in sorted(groups, key=lambda k: (k[3], groups[k][0].params, k[0] != baseline, k[0])):
         label, model, task, ev = key
         rs, vals = groups[key], per_run[key]
         seeds = sorted(vals)
@@ -124,24 +145,47 @@ def build_report(runs: list[dict[str, Any]], baseline: str = "grpo", target: flo
             for m in names:
                 if m in ("samples", "tokens", "steps", "wall_s"):
                     continue
-                diffs = [None if vals[s].get(m) is None or base_vals[s].get(m) is None
-                         else vals[s][m] - base_vals[s][m] for s in paired]
+                diffs = [
+                    None if vals[s].get(m) is None or base_vals[s].get(m) is None else vals[s][m] - base_vals[s][m]
+                    for s in paired
+                ]
                 vs[m] = {k: v for k, v in t_interval(diffs).items() if k != "values"} | {"seeds": paired}
         ks = sorted(int(m.split("_")[-1]) for m in names if m.startswith("pass_at_"))
         n = next((int(m.split("_")[-1]) for m in names if m.startswith("avg_at_")), max(ks))
-        rows.append({"target_pass_at_1": goal.get((model, task, ev)), "method": label, "method_name": rs[0]["method"], "lora_rank": rs[0].get("lora_rank", 0),
-                     "model": model, "params": rs[0]["params"], "task": task, "eval_task": ev, "seeds": seeds,
-                     "ks": ks, "n": n, "metrics": metrics, "vs_baseline": vs,
-                     "curve": _mean_curve([_curves(r, ev) for r in sorted(rs, key=lambda r: r["seed"])])})
-    return {"sweep": sweep, "baseline": baseline, "target": target, "target_of": target_of, "budget": budget or {},
-            "runs": len(runs),
-            "compute_s": round(sum(r["wall_s"] for r in runs), 1), "horizons": {
-                f"{m}/{t}/{e}": h for (m, t, e), h in horizon.items()},
-            "rows": rows, "credit_maps": _credit_maps(runs)}
+        rows.append(
+            {
+                "target_pass_at_1": goal.get((model, task, ev)),
+                "method": label,
+                "method_name": rs[0].method,
+                "lora_rank": rs[0].lora_rank,
+                "model": model,
+                "params": rs[0].params,
+                "task": task,
+                "eval_task": ev,
+                "seeds": seeds,
+                "ks": ks,
+                "n": n,
+                "metrics": metrics,
+                "vs_baseline": vs,
+                "curve": _mean_curve([_curves(r, ev) for r in sorted(rs, key=lambda r: r.seed)]),
+            }
+        )
+    return {
+        "sweep": sweep,
+        "baseline": baseline,
+        "target": target,
+        "target_of": target_of,
+        "budget": budget or {},
+        "runs": len(runs),
+        "compute_s": round(sum(r.wall_s for r in runs), 1),
+        "horizons": {f"{m}/{t}/{e}": h for (m, t, e), h in horizon.items()},
+        "rows": rows,
+        "credit_maps": _credit_maps(runs),
+    }
 
 
-def _final(run: dict, eval_task: str) -> dict[str, Any]:
-    return next(e for e in reversed(run["history"]) if eval_task in e["eval"])["eval"][eval_task]
+def _final(run: RunResult, eval_task: str) -> dict[str, float]:
+    return next(e for e in reversed(run.history) if eval_task in e.eval).eval[eval_task]
 
 
 def _mean_curve(curves: list[tuple[list[float], list[float], list[float]]]) -> dict[str, list]:
@@ -159,25 +203,27 @@ def _mean_curve(curves: list[tuple[list[float], list[float], list[float]]]) -> d
     return out
 
 
-def _credit_maps(runs: list[dict]) -> dict[str, Any]:
+def _credit_maps(runs: list[RunResult]) -> dict[str, Any]:
     """Per model: every method's credit on the same probe completion (from each method's run with
     the lowest seed; methods whose probe differs from the most common one are left out)."""
     maps: dict[str, Any] = {}
-    by_model: dict[str, list[dict]] = defaultdict(list)
+    by_model: dict[str, list[RunResult]] = defaultdict(list)
     for r in runs:
-        if r.get("credit_probe"):
-            by_model[r["model"]].append(r)
+        if r.credit_probe:
+            by_model[r.model].append(r)
     for model, rs in by_model.items():
         first: dict[str, dict] = {}
-        for r in sorted(rs, key=lambda r: r["seed"]):
-            first.setdefault(r["label"], r)
-        texts = [r["credit_probe"]["completion"] for r in first.values()]
+        for r in sorted(rs, key=lambda r: r.seed):
+            first.setdefault(r.label, r.credit_probe)
+        texts = [p["completion"] for p in first.values()]
         common = max(set(texts), key=texts.count)
-        probe = next(r["credit_probe"] for r in first.values() if r["credit_probe"]["completion"] == common)
-        maps[model] = {"prompt": probe["prompt"], "completion_tokens": probe["completion_tokens"],
-                       "reward": probe["reward"],
-                       "methods": {label: r["credit_probe"]["credit"] for label, r in sorted(first.items())
-                                   if r["credit_probe"]["completion"] == common}}
+        probe = next(p for p in first.values() if p["completion"] == common)
+        maps[model] = {
+            "prompt": probe["prompt"],
+            "completion_tokens": probe["completion_tokens"],
+            "reward": probe["reward"],
+            "methods": {label: p["credit"] for label, p in sorted(first.items()) if p["completion"] == common},
+        }
     return maps
 
 
@@ -203,31 +249,44 @@ def _signed(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
 def markdown(report: dict[str, Any]) -> str:
     base = report["baseline"]
     budget = ", ".join(f"{n:,} {k}" for k, n in report["budget"].items()) or "as configured"
-    out = [f"# Sweep `{report['sweep']}`", "",
-           f"{report['runs']} runs, budget {budget} per run, {report['compute_s'] / 60:.1f} min of run time. "
-           f"Each cell: mean over seeds [95% t-interval]; Δ is the paired (same seed) difference to `{base}`. "
-           f"AUC: mean pass@1 over the budget (samples) or over the least tokens any run of that model used; "
-           f"to-target: training samples (k) / generated tokens (M) until pass@1 reaches " + (
-               f"{report['target']:.0%} of `{base}`'s final pass@1" if report.get("target_of") == "final" else
-               f"its base plus {report['target']:.0%} of `{base}`'s gain over the base (`{base}`'s mean base and final "
-               f"pass@1; – where `{base}` did not improve)") + ".", ""]
+    out = [
+        f"# Sweep `{report['sweep']}`",
+        "",
+        f"{report['runs']} runs, budget {budget} per run, {report['compute_s'] / 60:.1f} min of run time. "
+        f"Each cell: mean over seeds [95% t-interval]; Δ is the paired (same seed) difference to `{base}`. "
+        f"AUC: mean pass@1 over the budget (samples) or over the least tokens any run of that model used; "
+        f"to-target: training samples (k) / generated tokens (M) until pass@1 reaches "
+        + (
+            f"{report['target']:.0%} of `{base}`'s final pass@1"
+            if report.get("target_of") == "final"
+            else f"its base plus {report['target']:.0%} of `{base}`'s gain over the base (`{base}`'s mean base and final "
+            f"pass@1; – where `{base}` did not improve)"
+        )
+        + ".",
+        "",
+    ]
     for ev in dict.fromkeys(r["eval_task"] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["eval_task"] == ev]
         k = max(rows[0]["ks"])
-        out += [f"## Eval task `{ev}`", "",
-                f"| model | method | seeds | pass@1 | Δ pass@1 vs {base} | pass@{k} | AUC samples | Δ AUC samples "
-                f"| AUC tokens | samples to target (k) | tokens to target (M) | tokens / correct | mean length |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            f"## Eval task `{ev}`",
+            "",
+            f"| model | method | seeds | pass@1 | Δ pass@1 vs {base} | pass@{k} | AUC samples | Δ AUC samples "
+            f"| AUC tokens | samples to target (k) | tokens to target (M) | tokens / correct | mean length |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in rows:
             m, v = r["metrics"], r["vs_baseline"]
             undefined = r.get("target_pass_at_1", 0) is None
             to_s = "–" if undefined else _fmt(m["samples_to_target"], 2, 1e3)
             to_t = "–" if undefined else _fmt(m["tokens_to_target"], 3, 1e6)
-            out.append(f"| {r['model']} | {r['method']} | {len(r['seeds'])} | {_fmt(m['pass_at_1'])} "
-                       f"| {_signed(v.get('pass_at_1'))} | {_fmt(m.get(f'pass_at_{k}'))} | {_fmt(m['auc_samples'])} "
-                       f"| {_signed(v.get('auc_samples'))} | {_fmt(m['auc_tokens'])} "
-                       f"| {to_s} | {to_t} "
-                       f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |")
+            out.append(
+                f"| {r['model']} | {r['method']} | {len(r['seeds'])} | {_fmt(m['pass_at_1'])} "
+                f"| {_signed(v.get('pass_at_1'))} | {_fmt(m.get(f'pass_at_{k}'))} | {_fmt(m['auc_samples'])} "
+                f"| {_signed(v.get('auc_samples'))} | {_fmt(m['auc_tokens'])} "
+                f"| {to_s} | {to_t} "
+                f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |"
+            )
         out.append("")
     return "\n".join(out)
 
@@ -248,8 +307,10 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 def write_files(report: dict[str, Any], out: Path, plots: bool = True) -> list[Path]:
     """report.json, summary.md, summary.csv and the figures, each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
-    written = [_atomic(out / "report.json", json.dumps(report, indent=1)),
-               _atomic(out / "summary.md", markdown(report) + "\n")]
+    written = [
+        _atomic(out / "report.json", json.dumps(report, indent=1)),
+        _atomic(out / "summary.md", markdown(report) + "\n"),
+    ]
     rows = csv_rows(report)
     fields = list(dict.fromkeys(k for r in rows for k in r))
     tmp = out / "summary.csv.tmp"
@@ -273,10 +334,9 @@ def _atomic(path: Path, text: str) -> Path:
     return path
 
 
-def write_report(sweep, results_dir: str = "results", plots: bool = True) -> dict[str, Any]:
-    """Build and write the report of a loaded :class:`bench.run.sweep.Sweep` from its finished runs."""
+def write_report(sweep: Sweep, results_dir: str = "results", plots: bool = True) -> dict[str, Any]:
+    """Build and write the report of a loaded sweep from its finished runs."""
     runs = load_runs(results_dir, sweep.name, [r.key for r in sweep.runs])
-    target_of = getattr(sweep, "target_of", None) or sweep.spec.get("target_of", "gain")
-    report = build_report(runs, sweep.baseline, sweep.target, sweep.budget, sweep.name, target_of)
+    report = build_report(runs, sweep.baseline, sweep.spec.target, sweep.budget, sweep.name, sweep.spec.target_of)
     write_files(report, Path(results_dir) / sweep.name, plots)
     return report

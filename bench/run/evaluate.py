@@ -42,14 +42,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=3072)
     p.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
     p.add_argument("--template", default=None, help="the task's prompt template (default: the task's own)")
-    p.add_argument("--data-dir", default=None, help="local directory with the upstream data files "
-                                                    "(default $CREDITBENCH_DATA, else the Hub)")
-    p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other task option (value parsed as JSON when it can be)")
-    p.add_argument("--allow-code-execution", action="store_true",
-                   help="run model-written programs in the sandbox (required by code tasks)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="weights dtype (auto: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="local directory with the upstream data files (default $CREDITBENCH_DATA, else the Hub)",
+    )
+    p.add_argument(
+        "--task-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other task option (value parsed as JSON when it can be)",
+    )
+    p.add_argument(
+        "--allow-code-execution",
+        action="store_true",
+        help="run model-written programs in the sandbox (required by code tasks)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="weights dtype (auto: bfloat16 on GPU, float32 on CPU)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     p.add_argument("--experiment", default="creditbench-eval")
@@ -86,9 +101,13 @@ def main(argv: list[str]) -> int:
     except ValueError:
         raise CreditBenchError(f"--k must be comma-separated integers, got {a.k!r}") from None
     check(a.n >= 1, f"--n must be >= 1, got {a.n}")
-    check(bool(ks) and all(1 <= k <= a.n for k in ks), f"--k values must lie in [1, n={a.n}] (unbiased pass@k), got {a.k}")
-    check(a.num_problems >= 0 and a.batch_size >= 1 and a.max_new_tokens >= 1,
-          "--num-problems must be >= 0, --batch-size and --max-new-tokens >= 1")
+    check(
+        bool(ks) and all(1 <= k <= a.n for k in ks), f"--k values must lie in [1, n={a.n}] (unbiased pass@k), got {a.k}"
+    )
+    check(
+        a.num_problems >= 0 and a.batch_size >= 1 and a.max_new_tokens >= 1,
+        "--num-problems must be >= 0, --batch-size and --max-new-tokens >= 1",
+    )
     task_cls = TASKS.get(a.task)
     task = task_cls(build_config(task_cls.Config, _task_options(a), f"task {a.task!r}"))
     if a.split not in task.splits:
@@ -100,8 +119,10 @@ def main(argv: list[str]) -> int:
     from bench.engine.policy import TINY_SIZES
 
     if a.model in TINY_SIZES:
-        raise CreditBenchError(f"--model {a.model!r} is a size, not a checkpoint: give a saved model directory "
-                               f"(e.g. a base checkpoint under .creditbench/cache) or a Hub id")
+        raise CreditBenchError(
+            f"--model {a.model!r} is a size, not a checkpoint: give a saved model directory "
+            f"(e.g. a base checkpoint under .creditbench/cache) or a Hub id"
+        )
     if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
         raise CreditBenchError(f"model directory {a.model!r} does not exist (give a saved model directory or a Hub id)")
     from bench.run.tracking import check_tracking_uri
@@ -122,9 +143,9 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
     import mlflow
     import torch
 
-    from bench.engine.metrics import PassAtK, metric_key
-    from bench.engine.policy import load_policy
     from bench.config import SamplingConfig
+    from bench.engine.metrics import PassAtK, eval_summary, metric_key
+    from bench.engine.policy import load_policy
     from bench.engine.rollout import HFRolloutEngine
     from bench.run.tracking import git_commit
 
@@ -153,16 +174,19 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
             per_problem.append({"id": r["id"], "correct": int(correct[j].sum()), "n": a.n})
             if len(samples) < a.samples_to_log:
                 o = outcomes[j * a.n]
-                samples.append({"id": r["id"], "completion": gen.texts[j * a.n], "parsed": o.parsed,
-                                "answer": str(r["answer"])[:500], "correct": o.correct, "error": o.error})
+                samples.append(
+                    {
+                        "id": r["id"],
+                        "completion": gen.texts[j * a.n],
+                        "parsed": o.parsed,
+                        "answer": str(r["answer"])[:500],
+                        "correct": o.correct,
+                        "error": o.error,
+                    }
+                )
     wall = time.perf_counter() - t0
-    res = metric.compute()
-    lengths_a = np.asarray(lengths, dtype=float)
-    n_correct = int(sum(p["correct"] for p in per_problem))
-    res.update({"flexible_avg_at_n": float(np.mean(flex)), "mean_length": float(lengths_a.mean()),
-                "truncated_frac": float(np.mean(truncated)),
-                "tokens_per_correct": float(lengths_a.sum() / n_correct) if n_correct else float("nan"),
-                "wall_s": wall})
+    res = eval_summary(metric, lengths, truncated, flex)  # as a training run's evals report them
+    res["wall_s"] = wall
     run_name = a.run_name or f"eval-{a.task}-{Path(a.model.rstrip('/')).name}"
     mlflow.set_tracking_uri(a.uri)
     try:
@@ -171,17 +195,40 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
         raise CreditBenchError(f"cannot use MLflow tracking URI {a.uri!r}: {str(e).splitlines()[0][:300]}") from None
     tags = {"kind": "eval", "task": a.task, "task_version": task.VERSION, "model": a.model, "git_commit": git_commit()}
     with mlflow.start_run(run_name=run_name, tags=tags) as run:
-        mlflow.log_params({"model": a.model, "task": a.task, "split": a.split, "n": a.n, "k": a.k,
-                           "num_problems": len(rows), "temperature": a.temperature, "top_p": a.top_p,
-                           "max_new_tokens": a.max_new_tokens, "template": task.config.template,
-                           "dtype": dtype, "seed": a.seed, "device": device})
+        mlflow.log_params(
+            {
+                "model": a.model,
+                "task": a.task,
+                "split": a.split,
+                "n": a.n,
+                "k": a.k,
+                "num_problems": len(rows),
+                "temperature": a.temperature,
+                "top_p": a.top_p,
+                "max_new_tokens": a.max_new_tokens,
+                "template": task.config.template,
+                "dtype": dtype,
+                "seed": a.seed,
+                "device": device,
+            }
+        )
         mlflow.log_metrics({metric_key("eval", a.task, k): v for k, v in res.items() if np.isfinite(v)})
         mlflow.log_dict({"per_problem": per_problem}, "per_problem.json")
         if samples:
             mlflow.log_table({k: [s[k] for s in samples] for k in samples[0]}, artifact_file="completions.json")
         run_id = run.info.run_id
-    return {"model": a.model, "task": a.task, "task_version": task.VERSION, "split": a.split, "n": a.n, "ks": ks,
-            "num_problems": len(rows), "metrics": res, "mlflow_run_id": run_id, "per_problem": per_problem}
+    return {
+        "model": a.model,
+        "task": a.task,
+        "task_version": task.VERSION,
+        "split": a.split,
+        "n": a.n,
+        "ks": ks,
+        "num_problems": len(rows),
+        "metrics": res,
+        "mlflow_run_id": run_id,
+        "per_problem": per_problem,
+    }
 
 
 def format_result(r: dict[str, Any]) -> str:
@@ -190,7 +237,9 @@ def format_result(r: dict[str, Any]) -> str:
     for k in sorted({1, *r["ks"]}):
         lines.append(f"  pass@{k:<3} {m[f'pass_at_{k}']:.4f} +/- {m[f'pass_at_{k}_se']:.4f} (SE over problems)")
     lines.append(f"  strict avg@{r['n']} {m['pass_at_1']:.4f}   flexible avg@{r['n']} {m['flexible_avg_at_n']:.4f}")
-    lines.append(f"  mean length {m['mean_length']:.1f} tokens, truncated {m['truncated_frac']:.3f}, "
-                 f"tokens/correct {m['tokens_per_correct']:.1f}, {m['wall_s']:.1f} s")
+    lines.append(
+        f"  mean length {m['mean_length']:.1f} tokens, truncated {m['truncated_frac']:.3f}, "
+        f"tokens/correct {m['tokens_per_correct']:.1f}, {m['wall_s']:.1f} s"
+    )
     lines.append(f"  MLflow run {r['mlflow_run_id']}")
     return "\n".join(lines)

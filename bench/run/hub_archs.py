@@ -23,46 +23,146 @@ from typing import Any
 
 from bench.errors import CreditBenchError
 
-_QWEN3 = dict(model_type="qwen3", head_dim=128, vocab_size=151936, max_position_embeddings=40960,
-              rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False,
-              bos_token_id=151643, eos_token_id=151645)
-_QWEN2 = dict(model_type="qwen2", hidden_act="silu", rms_norm_eps=1e-6, attention_dropout=0.0,
-              bos_token_id=151643, eos_token_id=151643, use_sliding_window=False)
+_QWEN3 = dict(
+    model_type="qwen3",
+    head_dim=128,
+    vocab_size=151936,
+    max_position_embeddings=40960,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    hidden_act="silu",
+    attention_bias=False,
+    bos_token_id=151643,
+    eos_token_id=151645,
+)
+_QWEN2 = dict(
+    model_type="qwen2",
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    attention_dropout=0.0,
+    bos_token_id=151643,
+    eos_token_id=151643,
+    use_sliding_window=False,
+)
 
 # name -> (config.json fields, published parameter count in billions)
 ARCHITECTURES: dict[str, tuple[dict[str, Any], float]] = {
-    "Qwen/Qwen3-1.7B": ({**_QWEN3, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
-                         "num_attention_heads": 16, "num_key_value_heads": 8, "tie_word_embeddings": True}, 1.7),
-    "Qwen/Qwen3-4B": ({**_QWEN3, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-                       "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": True}, 4.0),
-    "Qwen/Qwen3-8B": ({**_QWEN3, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-                       "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False}, 8.2),
-    "Qwen/Qwen2.5-Math-1.5B": ({**_QWEN2, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-                                "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
-                                "max_position_embeddings": 4096, "rope_theta": 10000.0,
-                                "tie_word_embeddings": True}, 1.54),
-    "Qwen/Qwen2.5-Math-7B": ({**_QWEN2, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-                              "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-                              "max_position_embeddings": 4096, "rope_theta": 10000.0,
-                              "tie_word_embeddings": False}, 7.61),
-    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": ({**_QWEN2, "hidden_size": 3584, "intermediate_size": 18944,
-                                                 "num_hidden_layers": 28, "num_attention_heads": 28,
-                                                 "num_key_value_heads": 4, "vocab_size": 152064,
-                                                 "max_position_embeddings": 131072, "rope_theta": 10000.0,
-                                                 "tie_word_embeddings": False, "eos_token_id": 151643}, 7.61),
-    "meta-llama/Llama-3.1-8B": ({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-                                 "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                 "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
-                                 "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False,
-                                 "bos_token_id": 128000, "eos_token_id": 128001,
-                                 "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                  "high_freq_factor": 4.0,
-                                                  "original_max_position_embeddings": 8192}}, 8.03),
+    "Qwen/Qwen3-1.7B": (
+        {
+            **_QWEN3,
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "tie_word_embeddings": True,
+        },
+        1.7,
+    ),
+    "Qwen/Qwen3-4B": (
+        {
+            **_QWEN3,
+            "hidden_size": 2560,
+            "intermediate_size": 9728,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "tie_word_embeddings": True,
+        },
+        4.0,
+    ),
+    "Qwen/Qwen3-8B": (
+        {
+            **_QWEN3,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "tie_word_embeddings": False,
+        },
+        8.2,
+    ),
+    "Qwen/Qwen2.5-Math-1.5B": (
+        {
+            **_QWEN2,
+            "hidden_size": 1536,
+            "intermediate_size": 8960,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "vocab_size": 151936,
+            "max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": True,
+        },
+        1.54,
+    ),
+    "Qwen/Qwen2.5-Math-7B": (
+        {
+            **_QWEN2,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+            "max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+        },
+        7.61,
+    ),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": (
+        {
+            **_QWEN2,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+            "max_position_embeddings": 131072,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+            "eos_token_id": 151643,
+        },
+        7.61,
+    ),
+    "meta-llama/Llama-3.1-8B": (
+        {
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "vocab_size": 128256,
+            "max_position_embeddings": 131072,
+            "rope_theta": 500000.0,
+            "rms_norm_eps": 1e-5,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "bos_token_id": 128000,
+            "eos_token_id": 128001,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+        8.03,
+    ),
 }
 # Post-trained and base checkpoints share their architecture.
-for _base, _variants in {"Qwen/Qwen3-1.7B": ["Qwen/Qwen3-1.7B-Base"], "Qwen/Qwen3-4B": ["Qwen/Qwen3-4B-Base"],
-                         "Qwen/Qwen3-8B": ["Qwen/Qwen3-8B-Base"],
-                         "meta-llama/Llama-3.1-8B": ["meta-llama/Llama-3.1-8B-Instruct"]}.items():
+for _base, _variants in {
+    "Qwen/Qwen3-1.7B": ["Qwen/Qwen3-1.7B-Base"],
+    "Qwen/Qwen3-4B": ["Qwen/Qwen3-4B-Base"],
+    "Qwen/Qwen3-8B": ["Qwen/Qwen3-8B-Base"],
+    "meta-llama/Llama-3.1-8B": ["meta-llama/Llama-3.1-8B-Instruct"],
+}.items():
     for _v in _variants:
         ARCHITECTURES[_v] = ARCHITECTURES[_base]
 
@@ -78,8 +178,10 @@ def architecture(name: str, **overrides: Any):
     try:
         return AutoConfig.from_pretrained(name, **overrides)
     except (OSError, ValueError) as e:
-        raise CreditBenchError(f"no architecture known for {name!r} ({str(e).splitlines()[0]}); known without "
-                               f"the Hub: {', '.join(sorted(ARCHITECTURES))}") from None
+        raise CreditBenchError(
+            f"no architecture known for {name!r} ({str(e).splitlines()[0]}); known without "
+            f"the Hub: {', '.join(sorted(ARCHITECTURES))}"
+        ) from None
 
 
 def meta_model(name: str, dtype: str = "bfloat16"):
@@ -105,12 +207,19 @@ def filler_tokenizer(vocab_size: int):
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
-                                   padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left"
+    )
 
 
-def random_checkpoint(name: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0,
-                      max_positions: int | None = None, **overrides: Any) -> Path:
+def random_checkpoint(
+    name: str,
+    out: str | Path,
+    dtype: str = "bfloat16",
+    seed: int = 0,
+    max_positions: int | None = None,
+    **overrides: Any,
+) -> Path:
     """Save a randomly initialised model of ``name``'s architecture (and a tokenizer of its
     vocabulary size) to ``out``, loadable with ``from_pretrained`` (and by vLLM). ``overrides``
     replace config fields (e.g. ``num_hidden_layers=2`` for a cut-down copy)."""
@@ -120,8 +229,11 @@ def random_checkpoint(name: str, out: str | Path, dtype: str = "bfloat16", seed:
     out = Path(out)
     config = architecture(name, **overrides)
     tokenizer = filler_tokenizer(config.vocab_size)
-    config.pad_token_id, config.eos_token_id, config.bos_token_id = (tokenizer.pad_token_id,
-                                                                     tokenizer.eos_token_id, None)
+    config.pad_token_id, config.eos_token_id, config.bos_token_id = (
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        None,
+    )
     if max_positions:
         config.max_position_embeddings = max_positions
     torch.manual_seed(seed)

@@ -47,17 +47,19 @@ class Plan:
         return self.weights_gb + self.grads_gb + self.optimizer_gb + self.vllm_gb
 
     def line(self) -> str:
-        return (f"{self.params / 1e9:.2f}B params ({self.trainable / 1e6:,.1f}M trainable), {self.strategy} x "
-                f"{self.processes}: {self.static_gb:.1f} GB per process before activations (weights "
-                f"{self.weights_gb:.1f}, grads {self.grads_gb:.1f}, AdamW {self.optimizer_gb:.1f}, vLLM {self.vllm_gb:.1f})")
+        return (
+            f"{self.params / 1e9:.2f}B params ({self.trainable / 1e6:,.1f}M trainable), {self.strategy} x "
+            f"{self.processes}: {self.static_gb:.1f} GB per process before activations (weights "
+            f"{self.weights_gb:.1f}, grads {self.grads_gb:.1f}, AdamW {self.optimizer_gb:.1f}, vLLM {self.vllm_gb:.1f})"
+        )
 
 
 def meta_policy(cfg: RunConfig):
     """The policy of ``cfg`` on the meta device, and a tokenizer of its vocabulary size."""
     import torch
 
-    from bench.run.hub_archs import filler_tokenizer, meta_model
     from bench.engine.policy import TINY_SIZES, char_tokenizer, tiny_config
+    from bench.run.hub_archs import filler_tokenizer, meta_model
 
     if cfg.model.name in TINY_SIZES:
         tokenizer = char_tokenizer()
@@ -91,8 +93,18 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     elif r.method.required & REFERENCE_NEEDS:
         ref = copy.deepcopy(policy)  # meta: no memory
     trainable = num_parameters(policy, trainable=True)
-    RLVRModule(policy, tokenizer, r.method, r.task, cfg.task.name, cfg.rl, cfg.eval, ref_policy=ref,
-               eval_tasks=r.eval_tasks, engine=HFRolloutEngine(policy, tokenizer))
+    RLVRModule(
+        policy,
+        tokenizer,
+        r.method,
+        r.task,
+        cfg.task.name,
+        cfg.rl,
+        cfg.eval,
+        ref_policy=ref,
+        eval_tasks=r.eval_tasks,
+        engine=HFRolloutEngine(policy, tokenizer),
+    )
     data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
     if load_data:
         data.setup("fit")  # reads every task's data files
@@ -106,6 +118,15 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     weights = (params * w + (trainable * 4 if lora.rank else 0) + (params * w if ref is not None else 0)) / gb
     grads, optimizer = trainable * tw / gb, 2 * trainable * tw / gb  # AdamW: two moments
     vllm = cfg.rollout.gpu_memory_utilization * gpu_gb if cfg.rollout.engine == "vllm" else 0.0
-    return Plan(params, trainable, lora.rank, weights / shard, grads / shard, optimizer / shard, vllm,
-                strategy if isinstance(strategy, str) else type(strategy).__name__, cfg.trainer.world_size,
-                vllm_sleeps=bool(vllm and cfg.rollout.sleep))
+    return Plan(
+        params,
+        trainable,
+        lora.rank,
+        weights / shard,
+        grads / shard,
+        optimizer / shard,
+        vllm,
+        strategy if isinstance(strategy, str) else type(strategy).__name__,
+        cfg.trainer.world_size,
+        vllm_sleeps=bool(vllm and cfg.rollout.sleep),
+    )

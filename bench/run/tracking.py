@@ -12,6 +12,11 @@ from typing import Any
 from bench.errors import CreditBenchError
 
 
+def default_uri() -> str:
+    """The tracking URI when none is given: $MLFLOW_TRACKING_URI, else a local SQLite store."""
+    return os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+
+
 def git_commit() -> str:
     try:
         root = Path(__file__).resolve().parent.parent
@@ -66,26 +71,36 @@ def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S) -> None:
         db = Path(path)
         parent = db.parent
         if not parent.exists():
-            raise CreditBenchError(f"MLflow tracking URI {uri!r}: directory {str(parent)!r} does not exist (MLflow "
-                                   f"would create a new, empty store there); create it first (mkdir -p {parent}) "
-                                   "or fix the path")
+            raise CreditBenchError(
+                f"MLflow tracking URI {uri!r}: directory {str(parent)!r} does not exist (MLflow "
+                f"would create a new, empty store there); create it first (mkdir -p {parent}) "
+                "or fix the path"
+            )
         if not parent.is_dir():
             raise CreditBenchError(f"MLflow tracking URI {uri!r}: {str(parent)!r} is a file, not a directory")
         if db.is_dir():
-            raise CreditBenchError(f"MLflow tracking URI {uri!r}: {path!r} is a directory, not an SQLite database "
-                                   "file; name a file in it, e.g. " + f"'sqlite:///{db / 'mlflow.db'}'")
+            raise CreditBenchError(
+                f"MLflow tracking URI {uri!r}: {path!r} is a directory, not an SQLite database "
+                "file; name a file in it, e.g. " + f"'sqlite:///{db / 'mlflow.db'}'"
+            )
         if db.is_file() and db.stat().st_size > 0 and not _is_sqlite(db):
-            raise CreditBenchError(f"MLflow tracking URI {uri!r}: {path!r} exists but is not an SQLite database; "
-                                   "name a new file or an MLflow SQLite store")
+            raise CreditBenchError(
+                f"MLflow tracking URI {uri!r}: {path!r} exists but is not an SQLite database; "
+                "name a new file or an MLflow SQLite store"
+            )
     elif scheme == "file" or (not scheme and text):
         from urllib.request import url2pathname
 
         local = Path(url2pathname(urlsplit(text).path)) if scheme == "file" else Path(text).expanduser()
         if local.is_file():
-            hint = (f"; it is an SQLite database: use 'sqlite:///{local}'" if _is_sqlite(local)
-                    else "; give a directory, or a local sqlite:/// URI (e.g. sqlite:///mlflow.db)")
-            raise CreditBenchError(f"MLflow tracking URI {uri!r} is a regular file, but a file store is a "
-                                   f"directory{hint}")
+            hint = (
+                f"; it is an SQLite database: use 'sqlite:///{local}'"
+                if _is_sqlite(local)
+                else "; give a directory, or a local sqlite:/// URI (e.g. sqlite:///mlflow.db)"
+            )
+            raise CreditBenchError(
+                f"MLflow tracking URI {uri!r} is a regular file, but a file store is a directory{hint}"
+            )
 
 
 def redact(uri: str) -> str:
@@ -146,7 +161,8 @@ def _check_server(uri: str, timeout: float) -> None:
     raise CreditBenchError(
         f"cannot reach MLflow tracking server {shown!r}: {reason}; start it with "
         f"`mlflow server --host {host} --port {port}` "
-        "or use a local sqlite:/// URI (e.g. sqlite:///mlflow.db)")
+        "or use a local sqlite:/// URI (e.g. sqlite:///mlflow.db)"
+    )
 
 
 @functools.cache
@@ -175,27 +191,107 @@ def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], 
     check_tracking_uri(uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:  # the constructor opens the store already (e.g. MLflow refuses a file store there)
-        logger = _run_logger()(experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags,
-                              run_id=run_id, synchronous=True)  # every metric is in the store when the call returns
+        logger = _run_logger()(
+            experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags, run_id=run_id, synchronous=True
+        )  # every metric is in the store when the call returns
         _ = logger.run_id  # creates the experiment and the run
         if run_id is not None:  # a killed run was left RUNNING, an interrupted one KILLED
             logger.experiment.update_run(run_id, status="RUNNING")
     except Exception as e:  # mlflow raises many types for an unusable store
-        raise CreditBenchError(f"cannot use MLflow tracking URI {redact(uri)!r}: {str(e).splitlines()[0][:300]}") from None
+        raise _unusable(uri, e) from None
     return logger
 
 
 def client(uri: str):
-    """An MLflow client of the store at ``uri`` (checked first with :func:`check_tracking_uri`)."""
+    """An MLflow client of the store at ``uri``, known to work: the URI passes
+    :func:`check_tracking_uri` and the store answers one query."""
     from mlflow.tracking import MlflowClient
 
     check_tracking_uri(uri)
     try:  # the client opens the store at once (MLflow refuses a file store there, for one)
-        return MlflowClient(uri)
+        c = MlflowClient(uri)
+        c.search_experiments(max_results=1)
     except Exception as e:
-        raise CreditBenchError(f"cannot use MLflow tracking URI {redact(uri)!r}: {str(e).splitlines()[0][:300]}") from None
+        raise _unusable(uri, e) from None
+    return c
+
+
+def _unusable(uri: str, e: Exception) -> CreditBenchError:
+    return CreditBenchError(f"cannot use MLflow tracking URI {redact(uri)!r}: {str(e).splitlines()[0][:300]}")
 
 
 def log_config(logger, params: dict[str, Any], yaml_text: str, name: str = "config.yaml") -> None:
     logger.log_hyperparams({k: ("" if v is None else v) for k, v in params.items()})
     logger.experiment.log_text(logger.run_id, yaml_text, name)
+
+
+def log_dict(logger, data: dict[str, Any], name: str) -> None:
+    """``data`` as the JSON artifact ``name`` of the logger's run."""
+    logger.experiment.log_dict(logger.run_id, data, name)
+
+
+# ------------------------------------------------------------------ a sweep's runs in the store
+def experiment_id(client, name: str) -> str:
+    """The id of the experiment ``name``, created if it does not exist."""
+    exp = client.get_experiment_by_name(name)
+    return exp.experiment_id if exp is not None else client.create_experiment(name)
+
+
+def sweep_run(client, experiment: str, sweep: str) -> str | None:
+    """The id of the sweep's parent run in the experiment named ``experiment`` (the latest), or None."""
+    exp = client.get_experiment_by_name(experiment)
+    found = exp and client.search_runs(
+        [exp.experiment_id],
+        f"tags.kind = 'sweep' and tags.sweep = '{sweep}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return found[0].info.run_id if found else None
+
+
+def open_sweep_run(
+    client, experiment: str, sweep: str, tags: dict[str, str], params: dict[str, Any], spec_text: str
+) -> str:
+    """The sweep's parent run, RUNNING: the existing one (its tags refreshed) or a new one with
+    ``params``; the spec is logged to it as sweep.yaml."""
+    run_id = sweep_run(client, experiment, sweep)
+    if run_id is not None:
+        client.update_run(run_id, status="RUNNING")
+        for k, v in tags.items():
+            client.set_tag(run_id, k, v)
+    else:
+        run_id = client.create_run(experiment_id(client, experiment), run_name=sweep, tags=tags).info.run_id
+        for k, v in params.items():
+            client.log_param(run_id, k, v)
+    client.log_text(run_id, spec_text, "sweep.yaml")
+    return run_id
+
+
+def is_finished(client, run_id: str) -> bool:
+    """Whether the run exists, ended FINISHED and is not deleted."""
+    try:
+        run = client.get_run(run_id)
+    except Exception:  # not in this store
+        return False
+    return run.info.status == "FINISHED" and run.info.lifecycle_stage == "active"
+
+
+def delete_sweep_runs(client, experiment: str, sweep: str, key: str, keep: str | None = None) -> None:
+    """Delete the runs of the sweep's run ``key`` in ``experiment`` but ``keep``."""
+    for run in client.search_runs(
+        [experiment_id(client, experiment)], f"tags.sweep = '{sweep}' and tags.run_key = '{key}'"
+    ):
+        if run.info.run_id != keep:
+            client.delete_run(run.info.run_id)
+
+
+def log_files(client, run_id: str, paths: list[Path], artifact_path: str) -> None:
+    for path in paths:
+        client.log_artifact(run_id, str(path), artifact_path=artifact_path)
+
+
+def end_run(client, run_id: str, metrics: dict[str, float], status: str) -> None:
+    """Log the run's last ``metrics`` and mark it ended with ``status``."""
+    for k, v in metrics.items():
+        client.log_metric(run_id, k, v)
+    client.set_terminated(run_id, status)

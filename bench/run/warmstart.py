@@ -17,11 +17,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from bench.config import WarmStartConfig
-from bench.errors import CreditBenchError
+from bench.config import SamplingConfig, WarmStartConfig
 from bench.engine.policy import build_tiny, num_parameters
-from bench.config import SamplingConfig
 from bench.engine.rollout import HFRolloutEngine
+from bench.errors import CreditBenchError
 from bench.tasks_base import Task
 
 RECIPE_VERSION = "1"  # bump when a code change alters what the warm-start produces: it invalidates the cache
@@ -76,14 +75,30 @@ class SFTModule(L.LightningModule):
 
 
 def base_dir(cache_dir: str, task_name: str, task: Task, size: str, cfg: WarmStartConfig) -> Path:
-    key = json.dumps({"recipe": RECIPE_VERSION, "task": task_name, "version": task.VERSION, "task_config": dataclasses.asdict(task.config),
-                      "size": size, "warmstart": dataclasses.asdict(cfg)}, sort_keys=True)
+    key = json.dumps(
+        {
+            "recipe": RECIPE_VERSION,
+            "task": task_name,
+            "version": task.VERSION,
+            "task_config": dataclasses.asdict(task.config),
+            "size": size,
+            "warmstart": dataclasses.asdict(cfg),
+        },
+        sort_keys=True,
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(cache_dir) / "base" / task_name / f"{size}-{digest}"
 
 
-def base_checkpoint(task_name: str, task: Task, size: str, cfg: WarmStartConfig, cache_dir: str,
-                    tracking_uri: str, progress: bool = True) -> Path:
+def base_checkpoint(
+    task_name: str,
+    task: Task,
+    size: str,
+    cfg: WarmStartConfig,
+    cache_dir: str,
+    tracking_uri: str,
+    progress: bool = True,
+) -> Path:
     """The cached base checkpoint for (task, size), built by a warm-start run if missing."""
     out = base_dir(cache_dir, task_name, task, size, cfg)
     if (out / "warmstart.json").exists():
@@ -95,24 +110,51 @@ def base_checkpoint(task_name: str, task: Task, size: str, cfg: WarmStartConfig,
             return out
         rows = task.load("train")
         if "solution" not in rows.column_names:
-            raise CreditBenchError(f"task {task_name!r} has no reference solutions, so a tiny model cannot be "
-                                   "warm-started on it; give a trained checkpoint as model.name")
+            raise CreditBenchError(
+                f"task {task_name!r} has no reference solutions, so a tiny model cannot be "
+                "warm-started on it; give a trained checkpoint as model.name"
+            )
         check_rows = [rows[i] for i in range(len(rows) - CHECK_ROWS, len(rows))]
         train_rows = rows.select(range(len(rows) - CHECK_ROWS))
         L.seed_everything(cfg.seed, verbose=False)
         model, tokenizer = build_tiny(size, seed=cfg.seed)
         module = SFTModule(model, tokenizer, task, cfg, check_rows)
-        loader = DataLoader(train_rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=lambda b: b,
-                            generator=torch.Generator().manual_seed(cfg.seed), drop_last=True)
-        from bench.run.tracking import flatten, git_commit, make_logger
+        loader = DataLoader(
+            train_rows,
+            batch_size=cfg.batch_size,
+            shuffle=True,
+            collate_fn=lambda b: b,
+            generator=torch.Generator().manual_seed(cfg.seed),
+            drop_last=True,
+        )
+        from bench.run.tracking import flatten, git_commit, log_dict, make_logger
 
-        logger = make_logger(tracking_uri, "creditbench-warmstart", f"warmstart-{task_name}-{size}-seed{cfg.seed}",
-                             {"task": task_name, "task_version": task.VERSION, "model": size, "seed": str(cfg.seed),
-                              "git_commit": git_commit(), "kind": "warmstart"})
+        logger = make_logger(
+            tracking_uri,
+            "creditbench-warmstart",
+            f"warmstart-{task_name}-{size}-seed{cfg.seed}",
+            {
+                "task": task_name,
+                "task_version": task.VERSION,
+                "model": size,
+                "seed": str(cfg.seed),
+                "git_commit": git_commit(),
+                "kind": "warmstart",
+            },
+        )
         logger.log_hyperparams({f"warmstart.{k}": v for k, v in flatten(cfg).items()})
-        trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=cfg.max_steps, max_epochs=-1, logger=logger,
-                            enable_checkpointing=False, enable_model_summary=False, log_every_n_steps=25,
-                            gradient_clip_val=1.0, enable_progress_bar=progress)
+        trainer = L.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=cfg.max_steps,
+            max_epochs=-1,
+            logger=logger,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            log_every_n_steps=25,
+            gradient_clip_val=1.0,
+            enable_progress_bar=progress,
+        )
         t0 = time.perf_counter()
         trainer.fit(module, loader)
         wall = time.perf_counter() - t0
@@ -120,11 +162,18 @@ def base_checkpoint(task_name: str, task: Task, size: str, cfg: WarmStartConfig,
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        info = {"task": task_name, "size": size, "params": num_parameters(model), "steps": trainer.global_step,
-                "check_accuracy": module.last_accuracy, "wall_s": round(wall, 1), "seed": cfg.seed,
-                "mlflow_run_id": logger.run_id}
+        info = {
+            "task": task_name,
+            "size": size,
+            "params": num_parameters(model),
+            "steps": trainer.global_step,
+            "check_accuracy": module.last_accuracy,
+            "wall_s": round(wall, 1),
+            "seed": cfg.seed,
+            "mlflow_run_id": logger.run_id,
+        }
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
-        logger.experiment.log_dict(logger.run_id, info, "warmstart.json")
+        log_dict(logger, info, "warmstart.json")
         logger.end("success")
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)

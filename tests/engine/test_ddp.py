@@ -124,10 +124,15 @@ def test_cli_train_with_ddp_logs_one_mlflow_run(tmp_path, policy_dir):
         "model": {"name": str(policy_dir)},
         "task": {"name": "arithmetic", "options": {"train_size": 64, "eval_size": 16}},
         "method": {"name": "grpo", "options": {"kl_coef": 0.04}},
-        "rl": {"steps": 2, "prompts_per_step": 4, "group_size": 4, "minibatches": 2,
-               "sampling": {"max_new_tokens": 8}},
-        "eval": {"every": 2, "n": 2, "k": [1, 2], "num_problems": 6, "batch_problems": 3,
-                 "sampling": {"max_new_tokens": 8}},
+        "rl": {"steps": 2, "prompts_per_step": 4, "group_size": 4, "minibatches": 2, "sampling": {"max_new_tokens": 8}},
+        "eval": {
+            "every": 2,
+            "n": 2,
+            "k": [1, 2],
+            "num_problems": 6,
+            "batch_problems": 3,
+            "sampling": {"max_new_tokens": 8},
+        },
         "tracking": {"uri": uri, "experiment": "ddp", "sweep": "ddp", "results_dir": str(tmp_path / "results")},
         "trainer": {"accelerator": "cpu", "devices": 2, "strategy": "ddp"},
         "checkpoint": {"every": 1, "dir": str(tmp_path / "ckpt"), "keep": True},  # every process's RNG state
@@ -178,11 +183,14 @@ def test_ddp_strategy_uses_gloo_on_cpu():
     assert make_strategy(cfg) == "auto"
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"strategy": "fsdp", "accelerator": "cpu", "devices": 2}, "trainer.strategy fsdp needs GPUs"),
-    ({"strategy": "auto", "devices": 2}, "needs trainer.strategy ddp or fsdp"),
-    ({"strategy": "ddp", "devices": 3}, r"rl.prompts_per_step \(16\) must be divisible by the number of processes"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"strategy": "fsdp", "accelerator": "cpu", "devices": 2}, "trainer.strategy fsdp needs GPUs"),
+        ({"strategy": "auto", "devices": 2}, "needs trainer.strategy ddp or fsdp"),
+        ({"strategy": "ddp", "devices": 3}, r"rl.prompts_per_step \(16\) must be divisible by the number of processes"),
+    ],
+)
 def test_impossible_multi_process_configs_are_refused_in_one_line(change, message):
     from bench.config import RunConfig
     from bench.errors import CreditBenchError
@@ -252,12 +260,12 @@ def test_bf16_mixed_trains_on_cpu_with_a_finite_loss(policy_dir):
     update has a finite loss and gradient norm, and the fp32 weights move."""
     import lightning as L
 
-    from bench.perf.step import MemoryLogger
-    from bench.config import EvalConfig, RLConfig
-    from bench.engine.module import PromptDataModule, RLVRModule
+    from bench.config import EvalConfig, RLConfig, SamplingConfig
+    from bench.engine.data import PromptDataModule
+    from bench.engine.module import RLVRModule
     from bench.engine.policy import load_policy
+    from bench.perf.step import MemoryLogger
     from bench.registry import TASKS
-    from bench.config import SamplingConfig
 
     w = _worker()
     model, tok = load_policy(policy_dir)
@@ -267,8 +275,16 @@ def test_bf16_mixed_trains_on_cpu_with_a_finite_loss(policy_dir):
     ev = EvalConfig(num_problems=4)
     module = RLVRModule(model, tok, w.EveryTokenUp(w.GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, ev)
     logger = MemoryLogger()
-    trainer = L.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=1, logger=logger, limit_val_batches=0,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        precision="bf16-mixed",
+        max_steps=1,
+        logger=logger,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, ev, 0))
     (row,) = [r for r in logger.rows if "loss/total" in r]
     assert torch.isfinite(torch.tensor([row["loss/total"], row["train/grad_norm"]])).all()

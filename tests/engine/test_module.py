@@ -5,12 +5,11 @@ forward, ratios != 1), and a method that needs what the engine cannot compute.""
 import pytest
 import torch
 
-from bench.config import EvalConfig, RLConfig
+from bench.config import EvalConfig, RLConfig, SamplingConfig
 from bench.core import Method
-from bench.errors import CreditBenchError
 from bench.engine.module import RLVRModule
 from bench.engine.policy import load_policy
-from bench.config import SamplingConfig
+from bench.errors import CreditBenchError
 from methods.grpo import GRPO, GRPOConfig
 from tests.fitting import fit_rows
 
@@ -26,27 +25,43 @@ class EveryTokenUp(GRPO):
 def test_kl_and_multiple_epochs_and_minibatches(policy_dir):
     import lightning as L
 
+    from bench.engine.data import PromptDataModule
     from bench.perf.step import MemoryLogger
-    from bench.engine.module import PromptDataModule
     from bench.registry import TASKS
 
     task = TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(train_size=500))
     model, tok = load_policy(policy_dir)
     ref, _ = load_policy(policy_dir)
-    rl = RLConfig(steps=3, prompts_per_step=4, group_size=4, ppo_epochs=2, minibatches=2, lr=1e-3,
-                  sampling=SamplingConfig(max_new_tokens=12))
+    rl = RLConfig(
+        steps=3,
+        prompts_per_step=4,
+        group_size=4,
+        ppo_epochs=2,
+        minibatches=2,
+        lr=1e-3,
+        sampling=SamplingConfig(max_new_tokens=12),
+    )
     ev = EvalConfig(every=10, n=2, k=[1, 2], num_problems=4)
-    module = RLVRModule(model, tok, EveryTokenUp(GRPOConfig(kl_coef=0.04, clip_eps=0.05)), task, "arithmetic",
-                        rl, ev, ref_policy=ref)
+    module = RLVRModule(
+        model, tok, EveryTokenUp(GRPOConfig(kl_coef=0.04, clip_eps=0.05)), task, "arithmetic", rl, ev, ref_policy=ref
+    )
     logger = MemoryLogger()
-    trainer = L.Trainer(accelerator="cpu", max_steps=3 * 2 * 2, logger=logger, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=3 * 2 * 2,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, ev, 0))
     steps = [r for r in logger.rows if "loss/kl" in r]
     assert module.rl_step == 3 and trainer.global_step == 12, "2 epochs x 2 minibatches = 4 optimizer steps per RL step"
     assert steps[0]["loss/kl"] < steps[-1]["loss/kl"] and steps[-1]["loss/kl"] > 0
     assert max(r["train/clip_frac"] for r in steps) > 0, "later minibatches see ratios outside the clip range"
     assert steps[-1]["time/score_s"] > 0  # the behaviour log-probs came from a separate scoring forward
+    assert "time/sync_s" not in steps[-1]  # the HF engine samples from the policy itself: nothing to sync
     assert any(not torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values()))
     assert all(not p.requires_grad for p in ref.parameters())
 
@@ -60,8 +75,6 @@ def test_method_needing_what_the_engine_cannot_compute_is_refused(policy_dir):
 
     with pytest.raises(CreditBenchError, match="hidden_residual"):
         RLVRModule(model, tok, NeedsResidual(), TASKS.get("arithmetic")(), "arithmetic", RLConfig(), EvalConfig())
-
-
 
 
 def _task():
@@ -88,14 +101,22 @@ def test_lora_arca_trains_only_the_adapter_and_reads_the_residual(policy_dir, mi
     policy = add_lora(model, rank=4, alpha=8.0, dropout=0.0, targets=["all-linear"])
     method = ArcaEveryTokenUp(ARCAConfig(kl_coef=0.04))
     method.seen = []
-    rl = RLConfig(steps=3, prompts_per_step=2, group_size=4, minibatches=minibatches, lr=5e-3,
-                  sampling=SamplingConfig(max_new_tokens=10))
+    rl = RLConfig(
+        steps=3,
+        prompts_per_step=2,
+        group_size=4,
+        minibatches=minibatches,
+        lr=5e-3,
+        sampling=SamplingConfig(max_new_tokens=10),
+    )
     module = RLVRModule(policy, tok, method, _task(), "arithmetic", rl, EvalConfig(num_problems=4))
     rows = fit_rows(module, _task(), rl, 3)
     assert float(method.seen[0].abs().max()) == 0.0 and float(method.seen[-1].min()) > 0
     assert rows[0]["credit/gini"] == pytest.approx(0.0, abs=1e-6) and rows[-1]["credit/gini"] > 0
     assert rows[-1]["loss/kl"] > 0  # the adapter-off reference differs from the adapted policy
-    trained = {k.replace(".base_layer", ""): v for k, v in policy.get_base_model().state_dict().items() if "lora_" not in k}
+    trained = {
+        k.replace(".base_layer", ""): v for k, v in policy.get_base_model().state_dict().items() if "lora_" not in k
+    }
     for k, v in base.items():
         assert torch.equal(trained[k], v), f"base weight {k} changed"
     assert any(float(p.detach().abs().sum()) > 0 for n, p in policy.named_parameters() if "lora_B" in n)
@@ -115,8 +136,9 @@ def test_dynamic_sampling_refills_the_batch_with_fresh_prompts(policy_dir):
 
     model, tok = load_policy(policy_dir)
     rl = RLConfig(steps=2, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
-    module = RLVRModule(model, tok, KeepEven(GRPOConfig(kl_coef=0.0)), _task(), "arithmetic", rl,
-                        EvalConfig(num_problems=4))
+    module = RLVRModule(
+        model, tok, KeepEven(GRPOConfig(kl_coef=0.0)), _task(), "arithmetic", rl, EvalConfig(num_problems=4)
+    )
     rows = fit_rows(module, _task(), rl, 2)
     assert [r["train/batch_size"] for r in rows] == [16, 16]
     assert [r["train/generation_rounds"] for r in rows] == [2, 2]
@@ -124,21 +146,58 @@ def test_dynamic_sampling_refills_the_batch_with_fresh_prompts(policy_dir):
 
 
 def test_sampler_continues_forced_prefixes_within_the_budget(policy_dir):
-    """The engine's Sampler: each new row is the old row's prompt, the given prefix, then the
-    policy's continuation, cut at the generation budget, verified against the same problem."""
+    """The engine's Sampler (the module's ``sampler``, which IBPO's augment gets): each new row is
+    the old row's prompt, the given prefix, then the policy's continuation, cut at the generation
+    budget, verified against the same problem."""
     model, tok = load_policy(policy_dir)
     rl = RLConfig(prompts_per_step=2, group_size=2, sampling=SamplingConfig(max_new_tokens=12))
     task = _task()
     module = RLVRModule(model, tok, EveryTokenUp(GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig())
     rows = [task.load("train")[i] for i in range(2)]
-    batch, _ = module.rollout(rows, 2, rl.sampling, details=False)
-    prefixes = [torch.tensor(tok.encode("12", add_special_tokens=False)), torch.tensor(tok.encode("\\boxed{", add_special_tokens=False))]
+    batch, _ = module.sampler.rollout(rows, 2, rl.sampling, details=False)
+    prefixes = [
+        torch.tensor(tok.encode("12", add_special_tokens=False)),
+        torch.tensor(tok.encode("\\boxed{", add_special_tokens=False)),
+    ]
     before = module.samples
-    new = module.complete(batch, torch.tensor([1, 2]), prefixes)
+    new = module.sampler.complete(batch, torch.tensor([1, 2]), prefixes)
     assert new.size == 2 and new.group_ids.tolist() == [0, 1] and new.rows == [rows[0], rows[1]]
     assert new.completions[0].startswith("12") and new.completions[1].startswith("\\boxed{")
     assert new.completion_ids.shape[1] == 12 and torch.equal(new.prompt_ids, batch.prompt_ids[[1, 2]])
     assert new.rewards.shape == (2,) and module.samples == before + 2
+
+
+def test_a_separate_engine_sleeps_after_the_rollouts_and_is_synced_after_each_update(policy_dir):
+    """An engine that holds its own copy of the weights (``separate``, as vLLM) frees its memory once
+    the step's rollouts are done and gets the new weights after every update, timed as time/sync_s."""
+    from bench.engine.rollout import HFRolloutEngine
+
+    class Separate(HFRolloutEngine):
+        separate = True
+
+        def sleep(self):
+            calls.append("sleep")
+
+        def sync(self, policy):
+            calls.append("sync")
+            assert policy is model
+
+    calls = []
+    model, tok = load_policy(policy_dir)
+    rl = RLConfig(steps=2, prompts_per_step=2, group_size=2, lr=1e-3, sampling=SamplingConfig(max_new_tokens=6))
+    module = RLVRModule(
+        model,
+        tok,
+        EveryTokenUp(GRPOConfig(kl_coef=0.0)),
+        _task(),
+        "arithmetic",
+        rl,
+        EvalConfig(num_problems=4),
+        engine=Separate(model, tok),
+    )
+    rows = fit_rows(module, _task(), rl, 2)
+    assert calls == ["sleep", "sync"] * 2
+    assert len(rows) == 2 and all(r["time/sync_s"] >= 0 for r in rows)
 
 
 class FirstCharIsDigit:
@@ -172,8 +231,9 @@ def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
     model, tok = load_policy(policy_dir)
     rl = RLConfig(steps=3, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
     task = FirstCharIsDigit()
-    module = RLVRModule(model, tok, Recording(IBPOConfig(repair=True, kl_coef=0.0)), task, "arithmetic", rl,
-                        EvalConfig(num_problems=4))
+    module = RLVRModule(
+        model, tok, Recording(IBPOConfig(repair=True, kl_coef=0.0)), task, "arithmetic", rl, EvalConfig(num_problems=4)
+    )
     rows = fit_rows(module, task.inner, rl, 3)
     repaired = [int(b.extra["repair"].sum()) for b in seen]
     assert sum(repaired) > 0, "some step had an incorrect row with a correct sibling"

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from bench.errors import CreditBenchError
-from bench.engine.policy import TINY_SIZES, build_tiny, char_tokenizer, load_policy, num_parameters, score
 from bench.config import SamplingConfig
+from bench.engine.policy import TINY_SIZES, build_tiny, char_tokenizer, load_policy, num_parameters, score
 from bench.engine.rollout import HFRolloutEngine, completion_mask
+from bench.errors import CreditBenchError
 
 
 def test_tokenizer_round_trips_without_download():

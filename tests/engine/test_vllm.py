@@ -13,9 +13,8 @@ import math
 import pytest
 import torch
 
-from bench.config import EvalConfig, RLConfig, RolloutConfig
+from bench.config import EvalConfig, RLConfig, RolloutConfig, SamplingConfig
 from bench.engine.policy import add_lora, build_tiny, score
-from bench.config import SamplingConfig
 from bench.engine.rollout import HFRolloutEngine, rollout_mismatch
 from bench.engine.vllm_engine import VLLMRolloutEngine, merged_state_dict
 from methods.grpo import GRPO, GRPOConfig
@@ -55,8 +54,11 @@ class Engines:
             model, tok = (policy, self.base[1]) if policy is not None else self.base
             threads, set_threads, rng = torch.get_num_threads(), torch.set_num_threads, torch.get_rng_state()
             self.engine = VLLMRolloutEngine(model, tok, RolloutConfig(engine="vllm", kv_cache_gb=0.25, **options))
-            self.engine.built_cleanly = (torch.get_num_threads() == threads and torch.set_num_threads is set_threads
-                                         and torch.equal(torch.get_rng_state(), rng))
+            self.engine.built_cleanly = (
+                torch.get_num_threads() == threads
+                and torch.set_num_threads is set_threads
+                and torch.equal(torch.get_rng_state(), rng)
+            )
             self.key = key
         return self.engine
 
@@ -115,8 +117,9 @@ def test_greedy_matches_hf_before_and_after_a_weight_sync(engine):
 
     perturb(model)
     moved = hf.generate(PROMPTS, 2, GREEDY)
-    assert not torch.equal(engine.generate(PROMPTS, 2, GREEDY).completion_ids, moved.completion_ids), \
+    assert not torch.equal(engine.generate(PROMPTS, 2, GREEDY).completion_ids, moved.completion_ids), (
         "the perturbation changes greedy output, so the comparison after the sync means something"
+    )
     engine.sync(model)
     assert_same(engine.generate(PROMPTS, 2, GREEDY), moved)
 
@@ -126,7 +129,9 @@ def test_generate_ids_matches_hf(engine):
     engine.sync(model)
     tok = engine.tokenizer
     sequences = [torch.tensor(tok.encode(p, add_special_tokens=False)) for p in PROMPTS]
-    assert_same(engine.generate_ids(sequences, 10, GREEDY), HFRolloutEngine(model, tok).generate_ids(sequences, 10, GREEDY))
+    assert_same(
+        engine.generate_ids(sequences, 10, GREEDY), HFRolloutEngine(model, tok).generate_ids(sequences, 10, GREEDY)
+    )
 
 
 def lora_policy(base, seed=2):
@@ -175,8 +180,10 @@ def test_lora_merge_sync_matches_hf(engine, base):
     engine.sync(peft)
     hf = HFRolloutEngine(peft, engine.tokenizer)
     assert_same(engine.generate(PROMPTS, 1, GREEDY), hf.generate(PROMPTS, 1, GREEDY))
-    assert not torch.equal(hf.generate(PROMPTS, 1, GREEDY).completion_ids,
-                           HFRolloutEngine(base[0], engine.tokenizer).generate(PROMPTS, 1, GREEDY).completion_ids)
+    assert not torch.equal(
+        hf.generate(PROMPTS, 1, GREEDY).completion_ids,
+        HFRolloutEngine(base[0], engine.tokenizer).generate(PROMPTS, 1, GREEDY).completion_ids,
+    )
 
 
 def test_lora_adapter_sync_matches_hf(engines, base):
@@ -204,8 +211,9 @@ def sampled_logprobs(engine, sampling):
     torch.manual_seed(0)
     gen = engine.generate(PROMPTS, 4, sampling)
     with torch.no_grad():
-        trainer = score(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids, gen.completion_mask,
-                        sampling.temperature, False)
+        trainer = score(
+            model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids, gen.completion_mask, sampling.temperature, False
+        )
     valid = gen.completion_mask.bool()
     return trainer.logprobs[valid], gen.logprobs[valid]
 
@@ -255,8 +263,6 @@ def _task():
     return TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(train_size=500))
 
 
-
-
 @pytest.mark.parametrize("ppo_epochs", [1, 2])
 def test_rl_steps_through_vllm_log_the_mismatch_and_sync_the_weights(engine, ppo_epochs):
     """Three RL steps with rollouts from vLLM: the behaviour log-probs (the training forward when
@@ -267,17 +273,33 @@ def test_rl_steps_through_vllm_log_the_mismatch_and_sync_the_weights(engine, ppo
     model = copy.deepcopy(engine.policy)
     engine.sync(model)
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    rl = RLConfig(steps=3, prompts_per_step=4, group_size=4, ppo_epochs=ppo_epochs, lr=1e-3,
-                  sampling=SamplingConfig(max_new_tokens=12))
-    module = RLVRModule(model, engine.tokenizer, EveryTokenUp(GRPOConfig(kl_coef=0.0)), _task(), "arithmetic", rl,
-                        EvalConfig(num_problems=4), engine=engine)
+    rl = RLConfig(
+        steps=3,
+        prompts_per_step=4,
+        group_size=4,
+        ppo_epochs=ppo_epochs,
+        lr=1e-3,
+        sampling=SamplingConfig(max_new_tokens=12),
+    )
+    module = RLVRModule(
+        model,
+        engine.tokenizer,
+        EveryTokenUp(GRPOConfig(kl_coef=0.0)),
+        _task(),
+        "arithmetic",
+        rl,
+        EvalConfig(num_problems=4),
+        engine=engine,
+    )
     rows = fit_rows(module, _task(), rl, 3)
     assert len(rows) == 3
     for r in rows:
         assert math.isfinite(r["rollout/logprob_abs_diff_mean"]) and r["rollout/logprob_abs_diff_mean"] < 1e-4
         assert 1.0 <= r["rollout/prob_ratio_max"] < 1.001 and r["time/sync_s"] > 0
     assert any(not torch.equal(v, model.state_dict()[k]) for k, v in start.items())
-    assert_same(engine.generate(PROMPTS, 1, GREEDY), HFRolloutEngine(model, engine.tokenizer).generate(PROMPTS, 1, GREEDY))
+    assert_same(
+        engine.generate(PROMPTS, 1, GREEDY), HFRolloutEngine(model, engine.tokenizer).generate(PROMPTS, 1, GREEDY)
+    )
 
 
 def test_forced_prefix_rows_carry_vllm_logprobs_only_for_the_continuation(engine):
@@ -289,12 +311,16 @@ def test_forced_prefix_rows_carry_vllm_logprobs_only_for_the_continuation(engine
     engine.sync(model)
     tok, task = engine.tokenizer, _task()
     rl = RLConfig(prompts_per_step=2, group_size=2, sampling=SamplingConfig(max_new_tokens=12))
-    module = RLVRModule(model, tok, EveryTokenUp(GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig(),
-                        engine=engine)
+    module = RLVRModule(
+        model, tok, EveryTokenUp(GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig(), engine=engine
+    )
     rows = [task.load("train")[i] for i in range(2)]
-    batch, _ = module.rollout(rows, 2, rl.sampling, details=False)
-    prefixes = [torch.tensor(tok.encode("12", add_special_tokens=False)), torch.tensor(tok.encode("\\boxed{", add_special_tokens=False))]
-    new = module.complete(batch, torch.tensor([1, 2]), prefixes)
+    batch, _ = module.sampler.rollout(rows, 2, rl.sampling, details=False)
+    prefixes = [
+        torch.tensor(tok.encode("12", add_special_tokens=False)),
+        torch.tensor(tok.encode("\\boxed{", add_special_tokens=False)),
+    ]
+    new = module.sampler.complete(batch, torch.tensor([1, 2]), prefixes)
     lp = new.extra["rollout_logprobs"]
     assert lp[0, :2].isnan().all() and lp[1, :7].isnan().all()
     with torch.no_grad():
@@ -308,7 +334,9 @@ def test_vllm_refuses_several_training_processes():
     from bench.errors import CreditBenchError
     from bench.run.train import resolve
 
-    cfg = RunConfig(rollout=RolloutConfig(engine="vllm"), trainer=TrainerConfig(accelerator="cpu", devices=2, strategy="ddp"))
+    cfg = RunConfig(
+        rollout=RolloutConfig(engine="vllm"), trainer=TrainerConfig(accelerator="cpu", devices=2, strategy="ddp")
+    )
     with pytest.raises(CreditBenchError, match="one training process"):
         resolve(cfg)
 
@@ -327,11 +355,13 @@ def test_a_run_opens_syncs_and_closes_its_engine(engines, base, tmp_path):
     tok.save_pretrained(tmp_path / "policy")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = RunConfig(
-        model=ModelConfig(name=str(tmp_path / "policy")), task=TaskSpec(options={"train_size": 200, "eval_size": 8}),
+        model=ModelConfig(name=str(tmp_path / "policy")),
+        task=TaskSpec(options={"train_size": 200, "eval_size": 8}),
         rl=RLConfig(steps=2, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=12)),
         eval=EvalConfig(every=2, n=2, k=[1, 2], num_problems=8, sampling=SamplingConfig(max_new_tokens=12)),
         tracking=TrackingConfig(uri=uri, results_dir=str(tmp_path / "results")),
-        rollout=RolloutConfig(engine="vllm", kv_cache_gb=0.25))
+        rollout=RolloutConfig(engine="vllm", kv_cache_gb=0.25),
+    )
     result = run(cfg, progress=False)
     history = mlflow.MlflowClient(uri).get_metric_history(result["mlflow_run_id"], "rollout/logprob_abs_diff_mean")
     assert result["steps"] == 2 and [m.step for m in history] == [1, 2]
@@ -360,19 +390,23 @@ def test_grpo_learns_alike_with_both_engines(engines, tmp_path):
 
     def config(engine: str) -> RunConfig:
         return RunConfig(
-            model=ModelConfig(name="tiny-500k"), method=MethodSpec(options={"kl_coef": 0.0}),
+            model=ModelConfig(name="tiny-500k"),
+            method=MethodSpec(options={"kl_coef": 0.0}),
             rl=RLConfig(steps=30, prompts_per_step=16, group_size=8, lr=1e-4),
             eval=EvalConfig(every=10, n=1, k=[1], num_problems=200, sampling=SamplingConfig(temperature=0)),
             tracking=TrackingConfig(uri=uri, results_dir=str(tmp_path / "results")),
-            rollout=RolloutConfig(engine=engine, kv_cache_gb=0.25))
+            rollout=RolloutConfig(engine=engine, kv_cache_gb=0.25),
+        )
 
     client = mlflow.MlflowClient(uri)
     evals, gains = {}, {}
     for engine in ("hf", "vllm"):
         result = run(config(engine), progress=False)
         evals[engine] = [h["eval"]["arithmetic"]["pass_at_1"] for h in result["history"]]
-        reward = [m.value for m in sorted(client.get_metric_history(result["mlflow_run_id"], "train/reward"),
-                                          key=lambda m: m.step)]
+        reward = [
+            m.value
+            for m in sorted(client.get_metric_history(result["mlflow_run_id"], "train/reward"), key=lambda m: m.step)
+        ]
         gains[engine] = sum(reward[-10:]) / 10 - sum(reward[:10]) / 10
         print(engine, evals[engine], f"train reward gain {gains[engine]:+.3f}")
         if engine == "vllm":

@@ -11,11 +11,19 @@ from methods.arca import ARCA, ARCAConfig, salience_weights
 def batch_with(rewards, residual, mask, **fields):
     B, T = residual.shape
     return RolloutBatch(
-        prompt_ids=torch.zeros(B, 1, dtype=torch.long), prompt_mask=torch.ones(B, 1, dtype=torch.long),
-        completion_ids=torch.zeros(B, T, dtype=torch.long), completion_mask=torch.tensor(mask),
-        group_ids=torch.zeros(B, dtype=torch.long), rewards=torch.tensor(rewards),
-        correct=torch.tensor(rewards) > 0, truncated=torch.zeros(B, dtype=torch.bool), max_new_tokens=T,
-        old_logprobs=torch.zeros(B, T), hidden_residual=residual, **fields)
+        prompt_ids=torch.zeros(B, 1, dtype=torch.long),
+        prompt_mask=torch.ones(B, 1, dtype=torch.long),
+        completion_ids=torch.zeros(B, T, dtype=torch.long),
+        completion_mask=torch.tensor(mask),
+        group_ids=torch.zeros(B, dtype=torch.long),
+        rewards=torch.tensor(rewards),
+        correct=torch.tensor(rewards) > 0,
+        truncated=torch.zeros(B, dtype=torch.bool),
+        max_new_tokens=T,
+        old_logprobs=torch.zeros(B, T),
+        hidden_residual=residual,
+        **fields,
+    )
 
 
 def test_arca_credit_hand_worked():
@@ -65,9 +73,14 @@ def test_intrinsic_signals_read_the_right_fields():
     """Surprisal is -log pi_old; entropy reduction H_ref - H (negative parts clamped); divergence the
     exact KL. Each needs what it reads."""
     T = 2
-    b = batch_with([1.0, 0.0], torch.zeros(2, T), [[1, 1], [1, 1]],
-                   entropy=torch.tensor([[1.0, 2.0], [1.0, 1.0]]), ref_entropy=torch.tensor([[2.0, 1.0], [1.0, 1.0]]),
-                   ref_kl=torch.tensor([[0.1, 0.3], [0.0, 0.0]]))
+    b = batch_with(
+        [1.0, 0.0],
+        torch.zeros(2, T),
+        [[1, 1], [1, 1]],
+        entropy=torch.tensor([[1.0, 2.0], [1.0, 1.0]]),
+        ref_entropy=torch.tensor([[2.0, 1.0], [1.0, 1.0]]),
+        ref_kl=torch.tensor([[0.1, 0.3], [0.0, 0.0]]),
+    )
     b.old_logprobs = torch.log(torch.tensor([[0.5, 0.25], [1.0, 1.0]]))
     a = 0.5 / (math.sqrt(0.5) + 1e-4)
     surprisal = ARCA(ARCAConfig(signal="surprisal")).credit(b)[0]  # s = [ln 2, ln 4] -> w = [2/3, 4/3]

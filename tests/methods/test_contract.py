@@ -1,12 +1,15 @@
 """Properties every registered method must have; a new method is covered automatically."""
 
+import dataclasses
 import importlib
 import re
+import typing
 
 import pytest
 import torch
 
-from bench.core import RolloutBatch
+from bench.core import Method, RolloutBatch, build_config
+from bench.errors import CreditBenchError
 from bench.numerics import aggregate
 from bench.registry import METHODS
 
@@ -23,13 +26,21 @@ def random_batch(B=8, G=4, T=6, seed=0, equal_rewards=False):
         rewards = torch.randint(0, 2, (B,), generator=g).float()
         rewards[0::G], rewards[1::G] = 1.0, 0.0
     return RolloutBatch(
-        prompt_ids=torch.zeros(B, 2, dtype=torch.long), prompt_mask=torch.ones(B, 2, dtype=torch.long),
-        completion_ids=torch.randint(3, 50, (B, T), generator=g), completion_mask=mask,
-        group_ids=torch.arange(B // G).repeat_interleave(G), rewards=rewards, correct=rewards > 0,
-        truncated=torch.zeros(B, dtype=torch.bool), max_new_tokens=100 * T,
-        old_logprobs=-torch.rand(B, T, generator=g) - 0.1, entropy=torch.rand(B, T, generator=g),
-        ref_logprobs=-torch.rand(B, T, generator=g) - 0.1, ref_entropy=torch.rand(B, T, generator=g),
-        ref_kl=torch.rand(B, T, generator=g), hidden_residual=torch.rand(B, T, generator=g),
+        prompt_ids=torch.zeros(B, 2, dtype=torch.long),
+        prompt_mask=torch.ones(B, 2, dtype=torch.long),
+        completion_ids=torch.randint(3, 50, (B, T), generator=g),
+        completion_mask=mask,
+        group_ids=torch.arange(B // G).repeat_interleave(G),
+        rewards=rewards,
+        correct=rewards > 0,
+        truncated=torch.zeros(B, dtype=torch.bool),
+        max_new_tokens=100 * T,
+        old_logprobs=-torch.rand(B, T, generator=g) - 0.1,
+        entropy=torch.rand(B, T, generator=g),
+        ref_logprobs=-torch.rand(B, T, generator=g) - 0.1,
+        ref_entropy=torch.rand(B, T, generator=g),
+        ref_kl=torch.rand(B, T, generator=g),
+        hidden_residual=torch.rand(B, T, generator=g),
     )
 
 
@@ -125,3 +136,32 @@ def test_every_open_choice_is_documented(method):
     src = "".join(inspect.getsource(c) for c in type(method.config).__mro__ if dataclasses.is_dataclass(c))
     for f in dataclasses.fields(method.config):
         assert re.search(rf"\b{f.name}:[^\n]*\n\s+\"\"\"", src), f"{f.name} has no docstring"
+
+
+def test_every_choice_is_a_literal_that_is_checked(method):
+    """A field with a fixed set of values is typed ``Literal[...]``: each value builds a config the
+    method runs with, and any other is refused naming the valid values, whether the config is
+    built in Python or from YAML options (``build_config``)."""
+    cls = type(method.config)
+    hints = typing.get_type_hints(cls)
+    for name, hint in hints.items():
+        if typing.get_origin(hint) is not typing.Literal:
+            continue
+        for value in typing.get_args(hint):
+            assert type(method)(cls(**{name: value})).required >= method.needs
+        valid = ", ".join(typing.get_args(hint))
+        with pytest.raises(CreditBenchError, match=rf"unknown .*'bogus'; valid: {re.escape(valid)}$"):
+            cls(**{name: "bogus"})
+        with pytest.raises(CreditBenchError, match=rf"'bogus'.*{re.escape(valid)}"):
+            build_config(cls, {name: "bogus"}, "method")
+
+
+def test_config_hierarchy_follows_the_method_hierarchy(method):
+    """A method's config derives from its parent method's config, so what the inherited code reads
+    is there with the same default and meaning; where the method replaces a field of it (GSPO and
+    P-trace clip with clip_low/clip_high instead of GRPO's clip_eps), from the nearest config up
+    that hierarchy whose fields it all has (``GroupAdvantageConfig``, what ``GRPO.credit`` reads)."""
+    parent = next(c for c in type(method).__mro__[1:] if issubclass(c, Method))
+    fields = {f.name for f in dataclasses.fields(type(method).Config)}
+    base = next(c for c in parent.Config.__mro__ if {f.name for f in dataclasses.fields(c)} <= fields)
+    assert issubclass(type(method).Config, base), f"{type(method).Config.__name__} should derive from {base.__name__}"

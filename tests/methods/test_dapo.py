@@ -16,13 +16,17 @@ def make_batch(correct, group_ids, lengths, max_new_tokens, truncated=None, T=No
     mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
     correct = torch.tensor(correct, dtype=torch.bool)
     return RolloutBatch(
-        prompt_ids=torch.zeros(B, 1, dtype=torch.long), prompt_mask=torch.ones(B, 1, dtype=torch.long),
-        completion_ids=torch.zeros(B, T, dtype=torch.long), completion_mask=mask,
+        prompt_ids=torch.zeros(B, 1, dtype=torch.long),
+        prompt_mask=torch.ones(B, 1, dtype=torch.long),
+        completion_ids=torch.zeros(B, T, dtype=torch.long),
+        completion_mask=mask,
         group_ids=torch.tensor(group_ids),
         rewards=correct.float() if rewards is None else torch.tensor(rewards, dtype=torch.float32),
         correct=correct,
         truncated=torch.zeros(B, dtype=torch.bool) if truncated is None else torch.tensor(truncated),
-        max_new_tokens=max_new_tokens, old_logprobs=torch.zeros(B, T), entropy=torch.zeros(B, T),
+        max_new_tokens=max_new_tokens,
+        old_logprobs=torch.zeros(B, T),
+        entropy=torch.zeros(B, T),
     )
 
 
@@ -33,8 +37,7 @@ def test_soft_overlong_punishment_and_credit_hand_worked():
     Group mean -0.5625, deviations [1.5625, 1.3125, -1.4375, -1.4375], unbiased std
     sqrt(8.296875 / 3) = 1.6630168, A = dev / (std + 1e-4) = [0.93950, 0.78918, -0.86434, -0.86434];
     the truncated sample's credit is zeroed by overlong filtering."""
-    batch = make_batch([True, True, False, False], [0] * 4, [15, 17, 20, 20], 20,
-                       truncated=[False, False, False, True])
+    batch = make_batch([True, True, False, False], [0] * 4, [15, 17, 20, 20], 20, truncated=[False, False, False, True])
     assert soft_overlong_punishment(batch.lengths, 20, 4).tolist() == pytest.approx([0.0, -0.25, -1.0, -1.0])
     m = DAPO()
     assert m.reward(batch).tolist() == pytest.approx([1.0, 0.75, -2.0, -2.0])

@@ -2,12 +2,12 @@ import math
 
 import pytest
 import torch
+from test_dapo import make_batch
 
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate, masked_mean
 from methods.dapo import DAPO
 from methods.entropy_top import EntropyTop, EntropyTopConfig
-from test_dapo import make_batch
 
 # Two sequences of one group, 6 + 4 = 10 valid tokens; the padding has a high entropy on purpose.
 ENTROPY = torch.tensor([[0.1, 0.9, 0.3, 0.5, 0.2, 0.7], [0.8, 0.05, 0.4, 0.6, 5.0, 5.0]])

@@ -12,10 +12,15 @@ def make_batch(rewards, group_ids, T=3, mask=None, old=None):
     B = len(rewards)
     mask = torch.ones(B, T, dtype=torch.long) if mask is None else torch.tensor(mask)
     return RolloutBatch(
-        prompt_ids=torch.zeros(B, 1, dtype=torch.long), prompt_mask=torch.ones(B, 1, dtype=torch.long),
-        completion_ids=torch.zeros(B, T, dtype=torch.long), completion_mask=mask,
-        group_ids=torch.tensor(group_ids), rewards=torch.tensor(rewards, dtype=torch.float32),
-        correct=torch.tensor(rewards) > 0, truncated=torch.zeros(B, dtype=torch.bool), max_new_tokens=T,
+        prompt_ids=torch.zeros(B, 1, dtype=torch.long),
+        prompt_mask=torch.ones(B, 1, dtype=torch.long),
+        completion_ids=torch.zeros(B, T, dtype=torch.long),
+        completion_mask=mask,
+        group_ids=torch.tensor(group_ids),
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        correct=torch.tensor(rewards) > 0,
+        truncated=torch.zeros(B, dtype=torch.bool),
+        max_new_tokens=T,
         old_logprobs=torch.zeros(B, T) if old is None else old,
     )
 
@@ -108,8 +113,13 @@ def test_objective_loop_vs_vectorised(name):
         lengths = torch.randint(1, T + 1, (B,), generator=g)
         mask = (torch.arange(T)[None] < lengths[:, None]).long()
         rewards = torch.randint(0, 2, (B,), generator=g).float()
-        batch = make_batch(rewards.tolist(), torch.arange(n).repeat_interleave(G).tolist(), T=T, mask=mask.tolist(),
-                           old=-torch.rand(B, T, generator=g))
+        batch = make_batch(
+            rewards.tolist(),
+            torch.arange(n).repeat_interleave(G).tolist(),
+            T=T,
+            mask=mask.tolist(),
+            old=-torch.rand(B, T, generator=g),
+        )
         new = batch.old_logprobs + 0.3 * torch.randn(B, T, generator=g)
         m = METHODS.get(name)()
         cfg = m.config

@@ -3,11 +3,11 @@ import math
 
 import pytest
 import torch
+from test_grpo import make_batch
 
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate
 from methods.grpo_lambda import GRPOLambda, GRPOLambdaConfig
-from test_grpo import make_batch
 
 A = 0.5 / (math.sqrt(0.5) + 1e-4)  # GRPO advantage of rewards [1, 0]: +-0.70700
 L = torch.tensor([[0.1, 0.2, -0.1], [-0.3, 0.0, 0.0]])  # token log-ratios of the hand examples
@@ -41,7 +41,7 @@ def test_recent_trace_hand_worked():
 
 
 def test_both_trace_hand_worked():
-    """"both", a = 0.5: W = [[1], [1, 1], [1, .5, 1]] (max(a^(t-k), a^k)).
+    """ "both", a = 0.5: W = [[1], [1, 1], [1, .5, 1]] (max(a^(t-k), a^k)).
     Seq 0: z = [0.1, 0.3, 0.1 + 0.1 - 0.1 = 0.1] -> rho = [1.10517, 1.34986 -> 1.2, 1.10517].
     Seq 1: z = [-0.3, -0.3, -0.3] -> rho = 0.74082 < 0.8 everywhere, A < 0: loss 0.1 * 0.8."""
     _, out, _, _ = hand_loss(GRPOLambdaConfig(lam=0.5, style="both"))
@@ -108,8 +108,7 @@ def test_loop_versus_vectorised():
     for style, clip_target, floor, lam in itertools.product(
         ["recent", "both"], ["traced_ratio", "token_ratio"], [0.0, 0.4], [0.6, 1.0]
     ):
-        cfg = GRPOLambdaConfig(lam=lam, gamma=0.9, style=style, clip_target=clip_target,
-                               trace_floor=floor)
+        cfg = GRPOLambdaConfig(lam=lam, gamma=0.9, style=style, clip_target=clip_target, trace_floor=floor)
         m = GRPOLambda(cfg)
         credit = m.credit(batch)
         grads = []
@@ -119,8 +118,7 @@ def test_loop_versus_vectorised():
                 loss = m.loss(batch, logprobs, credit).loss
             else:
                 l = logprobs - batch.old_logprobs
-                loss = loop_loss(l, mask, credit[:, 0], 0.9 * lam, style, floor, cfg.clip_eps,
-                                 clip_target)
+                loss = loop_loss(l, mask, credit[:, 0], 0.9 * lam, style, floor, cfg.clip_eps, clip_target)
             aggregate(loss, batch.completion_mask, cfg.aggregation).backward()
             grads.append((loss * mask).detach())
             grads.append(logprobs.grad)
@@ -131,9 +129,13 @@ def test_loop_versus_vectorised():
 def test_defaults_and_validation():
     cfg = GRPOLambdaConfig()
     assert (cfg.lam, cfg.gamma, cfg.style, cfg.clip_target, cfg.trace_floor) == (
-        0.99, 1.0, "recent", "traced_ratio", 0.0)
-    assert (cfg.clip_eps, cfg.neg_adv_clamp, cfg.aggregation, cfg.kl_coef) == (
-        0.2, -0.1, "seq-mean-token-mean", 0.04)
+        0.99,
+        1.0,
+        "recent",
+        "traced_ratio",
+        0.0,
+    )
+    assert (cfg.clip_eps, cfg.neg_adv_clamp, cfg.aggregation, cfg.kl_coef) == (0.2, -0.1, "seq-mean-token-mean", 0.04)
     batch = make_batch([1.0, 0.0], [0, 0])
     credit = GRPOLambda(GRPOLambdaConfig(neg_adv_clamp=None)).credit(batch)
     assert credit[:, 0].tolist() == pytest.approx([A, -A])

@@ -2,11 +2,11 @@ import math
 
 import pytest
 import torch
+from test_grpo import make_batch
 
 from bench.numerics import aggregate
 from methods.dr_grpo import DrGRPO
 from methods.gspo import GSPO, GSPOConfig, GSPOToken
-from test_grpo import make_batch
 
 
 def test_dr_grpo_hand_worked():
@@ -51,9 +51,13 @@ def test_gspo_token_equals_gspo_in_value_and_gradient():
         B, T = 8, 7
         lengths = torch.randint(1, T + 1, (B,), generator=g)
         mask = (torch.arange(T)[None] < lengths[:, None]).long().tolist()
-        batch = make_batch(torch.randint(0, 2, (B,), generator=g).float().tolist(),
-                           torch.arange(2).repeat_interleave(4).tolist(), T=T, mask=mask,
-                           old=-torch.rand(B, T, generator=g))
+        batch = make_batch(
+            torch.randint(0, 2, (B,), generator=g).float().tolist(),
+            torch.arange(2).repeat_interleave(4).tolist(),
+            T=T,
+            mask=mask,
+            old=-torch.rand(B, T, generator=g),
+        )
         cfg = GSPOConfig(clip_low=0.05, clip_high=0.05)
         grads, values = [], []
         for cls in (GSPO, GSPOToken):
@@ -78,8 +82,13 @@ def test_gspo_objective_loop_vs_vectorised():
     B, G, T = 12, 4, 6
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     mask = (torch.arange(T)[None] < lengths[:, None]).long()
-    batch = make_batch([float(x) for x in torch.randint(0, 2, (B,), generator=g)], torch.arange(B // G).repeat_interleave(G).tolist(),
-                       T=T, mask=mask.tolist(), old=-torch.rand(B, T, generator=g))
+    batch = make_batch(
+        [float(x) for x in torch.randint(0, 2, (B,), generator=g)],
+        torch.arange(B // G).repeat_interleave(G).tolist(),
+        T=T,
+        mask=mask.tolist(),
+        old=-torch.rand(B, T, generator=g),
+    )
     new = batch.old_logprobs + 1e-3 * torch.randn(B, T, generator=g)  # around the tiny clip range
     m = GSPO()
     got = aggregate(m.loss(batch, new, m.credit(batch)).loss, mask, m.config.aggregation)
@@ -91,3 +100,17 @@ def test_gspo_objective_loop_vs_vectorised():
         a = float(adv[i])
         total += -min(s * a, min(max(s, 1 - 3e-4), 1 + 4e-4) * a)
     assert float(got) == pytest.approx(total / B, rel=1e-5, abs=1e-7)
+
+
+def test_config_shares_grpo_advantage_fields():
+    """GSPO's config derives from GroupAdvantageConfig (what GRPO.credit reads), not GRPOConfig:
+    it has no clip_eps, and its advantage fields are checked as GRPO's are."""
+    from bench.core import build_config
+    from bench.errors import CreditBenchError
+    from methods.grpo import GroupAdvantageConfig
+
+    assert issubclass(GSPOConfig, GroupAdvantageConfig)
+    with pytest.raises(CreditBenchError, match="has no option 'clip_eps'"):
+        build_config(GSPOConfig, {"clip_eps": 0.2}, "method 'gspo'")
+    with pytest.raises(CreditBenchError, match="adv_eps must be > 0"):
+        GSPOConfig(adv_eps=0.0)

@@ -3,6 +3,7 @@ import random
 
 import pytest
 import torch
+from test_contract import random_batch
 
 from bench.core import RolloutBatch
 from bench.errors import CreditBenchError
@@ -11,7 +12,6 @@ from methods.align import align_to_nearest, lcs_nearest
 from methods.common import group_advantage
 from methods.grpo import GRPOConfig
 from methods.ibpo import IBPO, IBPOConfig
-from test_contract import random_batch
 
 A2 = 0.5 / (0.5**0.5 + 1e-4)  # rewards [0, 1]: mean 0.5, std sqrt(0.5), A = +-0.70700
 A4 = 0.25 / (0.5 + 1e-4)  # rewards [0, 1, 0, 0]: mean 0.25, std sqrt(0.75 / 3) = 0.5; wrong rows get -A4
@@ -24,10 +24,15 @@ def batch_of(seqs, rewards, groups=None):
     mask = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs])
     rewards = torch.tensor(rewards, dtype=torch.float32)
     return RolloutBatch(
-        prompt_ids=torch.zeros(B, 1, dtype=torch.long), prompt_mask=torch.ones(B, 1, dtype=torch.long),
-        completion_ids=ids, completion_mask=mask,
-        group_ids=torch.tensor(groups if groups is not None else [0] * B), rewards=rewards,
-        correct=rewards >= 1, truncated=torch.zeros(B, dtype=torch.bool), max_new_tokens=16,
+        prompt_ids=torch.zeros(B, 1, dtype=torch.long),
+        prompt_mask=torch.ones(B, 1, dtype=torch.long),
+        completion_ids=ids,
+        completion_mask=mask,
+        group_ids=torch.tensor(groups if groups is not None else [0] * B),
+        rewards=rewards,
+        correct=rewards >= 1,
+        truncated=torch.zeros(B, dtype=torch.bool),
+        max_new_tokens=16,
         old_logprobs=torch.zeros(B, T),
     )
 
@@ -44,13 +49,16 @@ def test_diff_credit_hand_worked():
     assert c[0].tolist() == pytest.approx([-0.1 * A2, -0.1 * A2, -A2, -0.1 * A2, -0.1 * A2])
 
 
-@pytest.mark.parametrize("wrong, right, edited", [
-    ([5, 6, 7, 7, 8, 9], [5, 6, 8, 9], [2, 3]),  # y- has two extra tokens: deleted
-    ([5, 6, 8, 9], [5, 6, 7, 8, 9], []),  # y+ inserts a token: nothing of y- is changed
-    ([1, 2, 3, 4, 5], [1, 9, 9, 9, 9, 9, 5], [1, 2, 3]),  # a span replaced by a longer one
-    ([3, 3, 3], [4, 4], [0, 1, 2]),  # nothing in common
-    ([1, 2, 3, 1, 2, 3], [2, 3, 1, 2], [0, 5]),  # y+ is the middle of y-
-])
+@pytest.mark.parametrize(
+    "wrong, right, edited",
+    [
+        ([5, 6, 7, 7, 8, 9], [5, 6, 8, 9], [2, 3]),  # y- has two extra tokens: deleted
+        ([5, 6, 8, 9], [5, 6, 7, 8, 9], []),  # y+ inserts a token: nothing of y- is changed
+        ([1, 2, 3, 4, 5], [1, 9, 9, 9, 9, 9, 5], [1, 2, 3]),  # a span replaced by a longer one
+        ([3, 3, 3], [4, 4], [0, 1, 2]),  # nothing in common
+        ([1, 2, 3, 1, 2, 3], [2, 3, 1, 2], [0, 5]),  # y+ is the middle of y-
+    ],
+)
 def test_diff_insertions_and_deletions(wrong, right, edited):
     """Only replaced or deleted tokens of y- are edited; what y+ inserts has no token in y-."""
     c = IBPO().credit(batch_of([wrong, right], [0.0, 1.0]))
@@ -111,7 +119,7 @@ def test_prefix_suffix_loop_vs_vectorised():
         nearest, edited = align_to_nearest(ids, lengths, groups, ~correct, correct, "prefix_suffix")
         for i in range(B):
             a = ids[i, : lengths[i]].tolist()
-            best, span = -1, None
+            best, best_sim, span = -1, -1.0, None
             for j in range(B):
                 if correct[i] or not correct[j] or groups[j] != groups[i]:
                     continue
@@ -196,10 +204,18 @@ def test_repair_off_or_nothing_to_repair():
 def test_defaults_are_grpo_and_validation():
     cfg, grpo = IBPOConfig(), GRPOConfig()
     assert (cfg.aggregation, cfg.kl_coef, cfg.clip_eps, cfg.scale_rewards) == (
-        grpo.aggregation, grpo.kl_coef, grpo.clip_eps, grpo.scale_rewards)
+        grpo.aggregation,
+        grpo.kl_coef,
+        grpo.clip_eps,
+        grpo.scale_rewards,
+    )
     assert (cfg.alignment, cfg.unchanged_credit, cfg.sparsify_correct, cfg.repair) == ("diff", 0.0, False, False)
-    for bad, match in [({"alignment": "difflib"}, "prefix_suffix"), ({"unchanged_credit": 2.0}, "unchanged_credit"),
-                       ({"repair_advantage": "own"}, "source, group"), ({"repair_credit": -1.0}, "repair_credit")]:
+    for bad, match in [
+        ({"alignment": "difflib"}, "prefix_suffix"),
+        ({"unchanged_credit": 2.0}, "unchanged_credit"),
+        ({"repair_advantage": "own"}, "source, group"),
+        ({"repair_credit": -1.0}, "repair_credit"),
+    ]:
         with pytest.raises(CreditBenchError, match=match):
             IBPOConfig(**bad)
 

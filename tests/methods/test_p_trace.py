@@ -3,13 +3,13 @@ import math
 
 import pytest
 import torch
+from test_grpo import make_batch
 
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate
 from methods.grpo import GRPO, GRPOConfig
 from methods.gspo import GSPO, sequence_log_ratio
 from methods.p_trace import PTrace, PTraceConfig, trace_parts
-from test_grpo import make_batch
 
 A = 0.5 / (math.sqrt(0.5) + 1e-4)  # GRPO advantage of rewards [1, 0]: +-0.70700
 L = torch.tensor([[0.1, 0.2, -0.1], [-0.3, 0.0, 0.0]])  # token log-ratios of the hand examples
@@ -92,9 +92,8 @@ def test_decayed_trace_hand_worked():
     assert out.loss[1].tolist() == pytest.approx(seq1)
     assert out.stats["clip_frac"].tolist() == [[0, 1, 0], [1, 0, 0]]
     assert grad[0].tolist() == pytest.approx(
-        [-A * (E(0.1) + 0.5 * 1.2 * E(0.05) + 0.25 * E(0.025)) / 6,
-         -A * 0.5 * E(0.025) / 6,
-         -A * E(0.025) / 6])
+        [-A * (E(0.1) + 0.5 * 1.2 * E(0.05) + 0.25 * E(0.025)) / 6, -A * 0.5 * E(0.025) / 6, -A * E(0.025) / 6]
+    )
     out, _, _ = run(PTrace(PTraceConfig(lam=0.5, clip_target="full_traced")), batch, L)
     assert out.loss[0].tolist() == pytest.approx([-A * E(0.1), -A * 1.2, -A * E(0.025)])
     assert out.loss[1].tolist() == pytest.approx(seq1)
@@ -135,8 +134,7 @@ def test_uniform_weights_are_gspo():
     every t. With "full_traced", no history clip and GSPO's clip (3e-4, 4e-4), the aggregated
     loss and its gradient equal GSPO's: GSPO is the uniform-credit trace. Per-sequence log-ratio
     scales from 1e-5 to 5e-2 put some sequences inside the tiny clip range and some outside."""
-    cfg = PTraceConfig(weights="uniform", clip_target="full_traced", hist_clip=None,
-                       clip_low=3e-4, clip_high=4e-4)
+    cfg = PTraceConfig(weights="uniform", clip_target="full_traced", hist_clip=None, clip_low=3e-4, clip_high=4e-4)
     for seed in range(4):
         batch, noise = random_batch(seed)
         noise = noise * torch.tensor([1e-4, 1e-3, 1e-2, 0.3] * 2)[:, None]
@@ -154,11 +152,12 @@ def test_uniform_weights_are_gspo():
 
 
 def test_loop_versus_vectorised():
-    for seed, (weights, clip_target, hist_clip, detach) in enumerate(itertools.product(
-        ["decay", "uniform"], ["current_token", "full_traced"], [0.2, None], [False, True]
-    )):
-        cfg = PTraceConfig(lam=0.8, weights=weights, clip_target=clip_target, hist_clip=hist_clip,
-                           detach_history=detach)
+    for seed, (weights, clip_target, hist_clip, detach) in enumerate(
+        itertools.product(["decay", "uniform"], ["current_token", "full_traced"], [0.2, None], [False, True])
+    ):
+        cfg = PTraceConfig(
+            lam=0.8, weights=weights, clip_target=clip_target, hist_clip=hist_clip, detach_history=detach
+        )
         batch, noise = random_batch(seed)
         m = PTrace(cfg)
         out, _, grad = run(m, batch, noise)
@@ -173,11 +172,18 @@ def test_loop_versus_vectorised():
 def test_defaults_and_validation():
     cfg = PTraceConfig()
     assert (cfg.lam, cfg.weights, cfg.detach_history, cfg.clip_target, cfg.hist_clip) == (
-        0.95, "decay", False, "current_token", 0.2)
-    assert (cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef) == (
-        0.2, 0.2, "seq-mean-token-mean", 0.0)
-    for bad, match in [({"weights": "flat"}, "decay, uniform"),
-                       ({"clip_target": "all"}, "current_token, full_traced"),
-                       ({"hist_clip": 1.0}, "hist_clip"), ({"lam": -0.1}, "lam")]:
+        0.95,
+        "decay",
+        False,
+        "current_token",
+        0.2,
+    )
+    assert (cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef) == (0.2, 0.2, "seq-mean-token-mean", 0.0)
+    for bad, match in [
+        ({"weights": "flat"}, "decay, uniform"),
+        ({"clip_target": "all"}, "current_token, full_traced"),
+        ({"hist_clip": 1.0}, "hist_clip"),
+        ({"lam": -0.1}, "lam"),
+    ]:
         with pytest.raises(CreditBenchError, match=match):
             PTraceConfig(**bad)

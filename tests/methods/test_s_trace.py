@@ -3,14 +3,14 @@ import math
 
 import pytest
 import torch
+from test_grpo import make_batch
+from test_p_trace import loop_loss, random_batch, run
 
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate
 from methods.common import entropy_top_mask
 from methods.gspo import GSPO
 from methods.s_trace import STrace, STraceConfig
-from test_grpo import make_batch
-from test_p_trace import loop_loss, random_batch, run
 
 A = 0.5 / (math.sqrt(0.5) + 1e-4)  # GRPO advantage of rewards [1, 0]: +-0.70700
 
@@ -59,8 +59,9 @@ def test_mask_gradient_restricts_the_loss_to_selected_tokens():
 def test_uniform_weights_over_all_tokens_are_gspo():
     """rho = 1 selects every token, so uniform S-trace is uniform P-trace: GSPO's loss and
     gradient."""
-    cfg = STraceConfig(rho=1.0, weights="uniform", clip_target="full_traced", hist_clip=None,
-                       clip_low=3e-4, clip_high=4e-4)
+    cfg = STraceConfig(
+        rho=1.0, weights="uniform", clip_target="full_traced", hist_clip=None, clip_low=3e-4, clip_high=4e-4
+    )
     for seed in range(3):
         batch, noise = random_batch(seed)
         noise = noise * torch.tensor([1e-4, 1e-3, 1e-2, 0.3] * 2)[:, None]
@@ -71,13 +72,19 @@ def test_uniform_weights_over_all_tokens_are_gspo():
 
 
 def test_loop_versus_vectorised():
-    for seed, (weights, distance, population, mask_gradient) in enumerate(itertools.product(
-        ["decay", "uniform"], ["raw", "selected"], ["batch", "sequence"], [False, True]
-    )):
+    for seed, (weights, distance, population, mask_gradient) in enumerate(
+        itertools.product(["decay", "uniform"], ["raw", "selected"], ["batch", "sequence"], [False, True])
+    ):
         clip_target = ["current_token", "full_traced"][seed % 2]
-        cfg = STraceConfig(lam=0.8, rho=0.4, weights=weights, distance=distance,
-                           population=population, mask_gradient=mask_gradient,
-                           clip_target=clip_target)
+        cfg = STraceConfig(
+            lam=0.8,
+            rho=0.4,
+            weights=weights,
+            distance=distance,
+            population=population,
+            mask_gradient=mask_gradient,
+            clip_target=clip_target,
+        )
         batch, noise = random_batch(seed)
         m = STrace(cfg)
         out, _, grad = run(m, batch, noise)
@@ -93,10 +100,12 @@ def test_loop_versus_vectorised():
 
 def test_defaults_and_validation():
     cfg = STraceConfig()
-    assert (cfg.rho, cfg.population, cfg.distance, cfg.mask_gradient, cfg.lam) == (
-        0.2, "batch", "raw", False, 0.95)
+    assert (cfg.rho, cfg.population, cfg.distance, cfg.mask_gradient, cfg.lam) == (0.2, "batch", "raw", False, 0.95)
     assert STrace().needs == {"entropy"}
-    for bad, match in [({"population": "group"}, "batch, sequence"),
-                       ({"distance": "tokens"}, "raw, selected"), ({"rho": 0.0}, "rho")]:
+    for bad, match in [
+        ({"population": "group"}, "batch, sequence"),
+        ({"distance": "tokens"}, "raw, selected"),
+        ({"rho": 0.0}, "rho"),
+    ]:
         with pytest.raises(CreditBenchError, match=match):
             STraceConfig(**bad)

@@ -1,10 +1,11 @@
-"""The TRL comparison benchmark (bench/perf/trl.py) measures sane figures on both sides."""
+"""The TRL comparison benchmark (bench/perf/trl.py, its runs in bench/perf/trl_runs.py) measures sane figures
+on both sides."""
 
 import importlib.util
 
 import pytest
 
-from bench import bench_trl
+from bench.perf import trl_runs
 
 
 @pytest.fixture(scope="module")
@@ -22,18 +23,20 @@ def _check(res: dict, steps: int, warmup: int) -> None:
 
 
 def test_creditbench_side_measures_steps_and_tokens(model_dir):
-    res = bench_trl.measure("creditbench", "matched", model_dir, steps=1, warmup=0)
+    res = trl_runs.measure("creditbench", "matched", model_dir, steps=1, warmup=0)
     _check(res, 1, 0)
     b = res["breakdown_s"]
     assert b["time/rollout_s"] > 0 and b["time/update_s"] > 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is not installed (the trl extra: pip install -e '.[trl]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None, reason="trl is not installed (the trl extra: pip install -e '.[trl]')"
+)
 def test_trl_side_measures_one_step(model_dir):
-    res = bench_trl.measure("trl", "matched", model_dir, steps=1, warmup=0)
+    res = trl_runs.measure("trl", "matched", model_dir, steps=1, warmup=0)
     _check(res, 1, 0)
     assert res["trl_loss_type"] == "grpo" and res["trl_bf16"] is False
-    assert res["trl_optim"] == bench_trl.creditbench_adamw()  # the same AdamW code as creditbench's
+    assert res["trl_optim"] == trl_runs.creditbench_adamw()  # the same AdamW code as creditbench's
 
 
 def test_trl_settings_match_creditbench_grpo():
@@ -41,10 +44,10 @@ def test_trl_settings_match_creditbench_grpo():
         pytest.skip("trl is not installed (the trl extra: pip install -e '.[trl]')")
     from methods.grpo import GRPOConfig
 
-    args = bench_trl.trl_args("matched", 3, "/tmp/unused")
+    args = trl_runs.trl_args("matched", 3, "/tmp/unused")
     assert GRPOConfig().aggregation == "seq-mean-token-mean" and args.loss_type == "grpo"
     assert (args.per_device_train_batch_size, args.num_generations, args.steps_per_generation) == (128, 8, 1)
     assert args.beta == 0 and args.num_iterations == 1 and args.max_completion_length == 32
     assert not args.bf16 and not args.gradient_checkpointing
-    defaults = bench_trl.trl_args("defaults", 3, "/tmp/unused")
+    defaults = trl_runs.trl_args("defaults", 3, "/tmp/unused")
     assert defaults.bf16 and defaults.gradient_checkpointing and defaults.loss_type == "dapo"

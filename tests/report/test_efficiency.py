@@ -6,6 +6,7 @@ import pytest
 
 from bench.report.stats import cost_to_target, curve_auc, t_interval
 from bench.report.summary import build_report, markdown
+from bench.run.result import EvalPoint, RunResult
 
 
 def test_auc_of_a_linear_curve_is_its_mean():
@@ -54,22 +55,57 @@ def test_t_interval():
     assert missing["mean"] is None and missing["reached"] == 1 and missing["n"] == 2
 
 
-def _run(label, seed, samples, pass1, tokens_per_sample=10.0, params=1000):
-    history = [{"step": i, "samples": s, "tokens": s * tokens_per_sample,
-                "eval": {"toy": {"pass_at_1": p, "pass_at_2": min(1.0, 1.5 * p), "avg_at_2": p,
-                                 "mean_length": tokens_per_sample, "tokens_per_correct": tokens_per_sample / max(p, 1e-9),
-                                 "truncated_frac": 0.0}}}
-               for i, (s, p) in enumerate(zip(samples, pass1))]
-    return {"label": label, "method": label, "task": "toy", "eval_tasks": ["toy"], "model": "m", "params": params,
-            "lora_rank": 0, "seed": seed, "steps": len(samples) - 1, "samples": samples[-1],
-            "tokens": samples[-1] * tokens_per_sample, "wall_s": 1.0, "history": history, "credit_probe": None}
+def _run(label, seed, samples, pass1, tokens_per_sample=10.0, params=1000) -> RunResult:
+    history = [
+        EvalPoint(
+            i,
+            s,
+            s * tokens_per_sample,
+            {
+                "toy": {
+                    "pass_at_1": p,
+                    "pass_at_2": min(1.0, 1.5 * p),
+                    "avg_at_2": p,
+                    "mean_length": tokens_per_sample,
+                    "tokens_per_correct": tokens_per_sample / max(p, 1e-9),
+                    "truncated_frac": 0.0,
+                }
+            },
+        )
+        for i, (s, p) in enumerate(zip(samples, pass1))
+    ]
+    return RunResult(
+        run_name=f"{label}-toy-m-seed{seed}",
+        mlflow_run_id="",
+        method=label,
+        task="toy",
+        eval_tasks=["toy"],
+        model="m",
+        params=params,
+        lora_rank=0,
+        seed=seed,
+        steps=len(samples) - 1,
+        samples=samples[-1],
+        tokens=samples[-1] * tokens_per_sample,
+        wall_s=1.0,
+        tags={"label": label},
+        budget={"samples": samples[-1], "tokens": 0},
+        base=history[0].eval["toy"],
+        final=history[-1].eval["toy"],
+        delta_pass_at_1={},
+        history=history,
+        credit_probe=None,
+    )
 
 
 def test_report_on_hand_made_curves():
     x = [0, 100, 200]
-    runs = [_run("grpo", 0, x, [0.2, 0.3, 0.4]), _run("grpo", 1, x, [0.2, 0.3, 0.6]),
-            _run("fast", 0, x, [0.2, 0.5, 0.5], tokens_per_sample=20.0),
-            _run("fast", 1, x, [0.2, 0.6, 0.6], tokens_per_sample=20.0)]
+    runs = [
+        _run("grpo", 0, x, [0.2, 0.3, 0.4]),
+        _run("grpo", 1, x, [0.2, 0.3, 0.6]),
+        _run("fast", 0, x, [0.2, 0.5, 0.5], tokens_per_sample=20.0),
+        _run("fast", 1, x, [0.2, 0.6, 0.6], tokens_per_sample=20.0),
+    ]
     report = build_report(runs, baseline="grpo", target=0.9, budget={"samples": 200}, sweep="toy", target_of="final")
     rows = {r["method"]: r for r in report["rows"]}
     assert [r["method"] for r in report["rows"]] == ["grpo", "fast"]  # the baseline first
@@ -99,8 +135,12 @@ def test_report_on_hand_made_curves():
 
 def test_target_as_a_share_of_the_baseline_gain():
     x = [0, 100, 200]
-    runs = [_run("grpo", 0, x, [0.2, 0.3, 0.4]), _run("grpo", 1, x, [0.2, 0.3, 0.6]),
-            _run("fast", 0, x, [0.2, 0.5, 0.5]), _run("flat", 0, x, [0.2, 0.2, 0.2])]
+    runs = [
+        _run("grpo", 0, x, [0.2, 0.3, 0.4]),
+        _run("grpo", 1, x, [0.2, 0.3, 0.6]),
+        _run("fast", 0, x, [0.2, 0.5, 0.5]),
+        _run("flat", 0, x, [0.2, 0.2, 0.2]),
+    ]
     report = build_report(runs, baseline="grpo", target=0.5, budget={"samples": 200}, sweep="toy")
     rows = {r["method"]: r for r in report["rows"]}
     # base 0.2, final 0.5 (means over grpo's seeds): the target is 0.2 + 0.5 * 0.3 = 0.35

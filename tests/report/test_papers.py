@@ -1,4 +1,5 @@
-"""Paper tables (bench/report/papers.py) and the shipped paper files in results/papers."""
+"""Paper tables (bench/report/papers.py, bench/report/paper_data.py) and the shipped paper files in
+results/papers."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pytest
 import yaml
 from scipy import stats
 
-from bench import papers
 from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
+from bench.report import paper_data, papers
 
 REPO = Path(__file__).resolve().parents[2]
 PAPERS = ("arca", "grpo_lambda", "ibpo", "selective_traces")
@@ -25,24 +26,24 @@ SWEEP_SPECS = sorted((REPO / "results" / "papers").glob("*.sweep.yaml"))
 
 
 def test_shipped_papers_are_the_four_seed_papers():
-    assert papers.paper_names() == list(PAPERS)
+    assert paper_data.paper_names() == list(PAPERS)
     assert {p.name for p in SWEEP_SPECS} == {f"{name}.sweep.yaml" for name in PAPERS}
 
 
 @pytest.mark.parametrize("name", PAPERS)
 def test_shipped_paper_loads_and_validates(name):
-    paper = papers.load_paper(name)
+    paper = paper_data.load_paper(name)
     assert paper.name == name and paper.title and paper.arxiv
     assert all(m in METHODS for m in paper.methods)
-    assert set(papers.SETTING_KEYS) <= set(paper.setting)
-    assert all(item.status in papers.STATUSES for item in paper.setting.values())
+    assert set(paper_data.SETTING_KEYS) <= set(paper.setting)
+    assert all(item.status in paper_data.STATUSES for item in paper.setting.values())
     for entry in paper.results:
         assert entry.method in METHODS
         assert entry.vs is None or entry.vs in METHODS
         assert entry.kind != "delta" or entry.vs is not None
-        assert papers.is_metric(entry.metric), entry.metric
+        assert paper_data.is_metric(entry.metric), entry.metric
         assert isinstance(entry.value, float) and math.isfinite(entry.value)
-        assert entry.unit in papers.UNITS and entry.source
+        assert entry.unit in paper_data.UNITS and entry.source
         assert all(t in TASKS for t in entry.over)
     if not paper.results:
         assert paper.results_note  # says why there is no number
@@ -52,7 +53,7 @@ def test_shipped_paper_loads_and_validates(name):
 @pytest.mark.parametrize("name", PAPERS)
 def test_paper_sweep_can_measure_its_results(name):
     """The paper's own sweep runs every method, baseline and benchmark its results need."""
-    paper = papers.load_paper(name)
+    paper = paper_data.load_paper(name)
     spec = yaml.safe_load((REPO / "results" / "papers" / paper.sweep).read_text())
     methods = {m if isinstance(m, str) else m["name"] for m in spec["methods"]}
     tasks = {t if isinstance(t, str) else t["name"] for t in spec["tasks"] + spec.get("eval_tasks", [])}
@@ -66,16 +67,18 @@ def test_paper_sweep_can_measure_its_results(name):
 
 
 def test_selective_traces_numbers_are_the_abstracts_deltas():
-    paper = papers.load_paper("selective_traces")
+    paper = paper_data.load_paper("selective_traces")
     got = {(e.method, e.model, e.kind, e.vs, e.metric): e.value for e in paper.results}
-    assert got == {("s_trace", "Qwen3-1.7B", "delta", "grpo", "pass_at_16"): 0.49,
-                   ("s_trace", "Qwen3-4B", "delta", "grpo", "pass_at_16"): 3.16,
-                   ("s_trace", "Qwen3-8B", "delta", "grpo", "pass_at_16"): 2.98}
+    assert got == {
+        ("s_trace", "Qwen3-1.7B", "delta", "grpo", "pass_at_16"): 0.49,
+        ("s_trace", "Qwen3-4B", "delta", "grpo", "pass_at_16"): 3.16,
+        ("s_trace", "Qwen3-8B", "delta", "grpo", "pass_at_16"): 2.98,
+    }
 
 
 def test_papers_without_verified_numbers_have_none():
-    assert papers.load_paper("arca").results == ()
-    assert papers.load_paper("ibpo").results == ()
+    assert paper_data.load_paper("arca").results == ()
+    assert paper_data.load_paper("ibpo").results == ()
 
 
 # ------------------------------------------------------------------------------------ the table
@@ -87,15 +90,34 @@ def _metric(values: list[float]) -> dict:
 
 
 def _row(label, method, model, eval_task, values_by_metric, task="math500", vs_baseline=None):
-    return {"method": label, "method_name": method, "lora_rank": 0, "model": model, "params": 1,
-            "task": task, "eval_task": eval_task, "seeds": [0, 1, 2], "ks": [1, 16], "n": 16,
-            "metrics": {k: _metric(v) for k, v in values_by_metric.items()},
-            "vs_baseline": vs_baseline or {}, "curve": {}}
+    return {
+        "method": label,
+        "method_name": method,
+        "lora_rank": 0,
+        "model": model,
+        "params": 1,
+        "task": task,
+        "eval_task": eval_task,
+        "seeds": [0, 1, 2],
+        "ks": [1, 16],
+        "n": 16,
+        "metrics": {k: _metric(v) for k, v in values_by_metric.items()},
+        "vs_baseline": vs_baseline or {},
+        "curve": {},
+    }
 
 
 def _report(sweep, baseline, rows):
-    return {"sweep": sweep, "baseline": baseline, "target": 0.9, "budget": {"samples": 64},
-            "runs": 6, "wall_s": 1.0, "rows": rows, "credit_maps": {}}
+    return {
+        "sweep": sweep,
+        "baseline": baseline,
+        "target": 0.9,
+        "budget": {"samples": 64},
+        "runs": 6,
+        "wall_s": 1.0,
+        "rows": rows,
+        "credit_maps": {},
+    }
 
 
 def _write_report(results: Path, report: dict) -> None:
@@ -148,20 +170,54 @@ def _toy_papers(tmp_path: Path) -> Path:
     d = tmp_path / "papers"
     d.mkdir()
     (d / "toy.sweep.yaml").write_text("name: toy-sweep\n")
-    setting = {k: {"value": None, "status": "unknown"} for k in papers.SETTING_KEYS}
+    setting = {k: {"value": None, "status": "unknown"} for k in paper_data.SETTING_KEYS}
     setting["models"] = {"value": ["Toy-1B"], "status": "verified"}
     doc = {
         "paper": {"title": "Toy", "arxiv": "2601.00001", "methods_md": "none", "methods": ["s_trace"]},
         "setting": setting,
         "results": [
-            {"method": "s_trace", "model": "Toy-1B", "benchmark": "gsm8k", "metric": "pass_at_1",
-             "value": 50.0, "unit": "percent", "source": "fixture"},
-            {"method": "s_trace", "model": "Toy-1B", "benchmark": "gsm8k", "metric": "pass_at_1",
-             "value": 2.0, "unit": "percent", "kind": "delta", "vs": "grpo", "source": "fixture"},
-            {"method": "s_trace", "model": "Toy-1B", "benchmark": "gsm8k", "metric": "pass_at_1",
-             "value": 0.01, "unit": "fraction", "kind": "delta", "vs": "dapo", "source": "fixture"},
-            {"method": "s_trace", "model": "Other-7B", "benchmark": "gsm8k", "metric": "pass_at_1",
-             "value": 1.0, "unit": "percent", "kind": "delta", "vs": "grpo", "source": "fixture"},
+            {
+                "method": "s_trace",
+                "model": "Toy-1B",
+                "benchmark": "gsm8k",
+                "metric": "pass_at_1",
+                "value": 50.0,
+                "unit": "percent",
+                "source": "fixture",
+            },
+            {
+                "method": "s_trace",
+                "model": "Toy-1B",
+                "benchmark": "gsm8k",
+                "metric": "pass_at_1",
+                "value": 2.0,
+                "unit": "percent",
+                "kind": "delta",
+                "vs": "grpo",
+                "source": "fixture",
+            },
+            {
+                "method": "s_trace",
+                "model": "Toy-1B",
+                "benchmark": "gsm8k",
+                "metric": "pass_at_1",
+                "value": 0.01,
+                "unit": "fraction",
+                "kind": "delta",
+                "vs": "dapo",
+                "source": "fixture",
+            },
+            {
+                "method": "s_trace",
+                "model": "Other-7B",
+                "benchmark": "gsm8k",
+                "metric": "pass_at_1",
+                "value": 1.0,
+                "unit": "percent",
+                "kind": "delta",
+                "vs": "grpo",
+                "source": "fixture",
+            },
         ],
         "sweep": "toy.sweep.yaml",
     }
@@ -172,13 +228,31 @@ def _toy_papers(tmp_path: Path) -> Path:
 def test_table_deltas_use_vs_baseline_or_the_two_rows(tmp_path, capsys):
     d = _toy_papers(tmp_path)
     vs = {"pass_at_1": {"mean": 0.025, "lo": 0.01, "hi": 0.04, "n": 3}}
-    rows = [_row("grpo", "grpo", "org/Toy-1B", "gsm8k", {"pass_at_1": [0.40, 0.41, 0.42]}, task="gsm8k"),
-            _row("dapo", "dapo", "org/Toy-1B", "gsm8k", {"pass_at_1": [0.43, 0.40, 0.44]}, task="gsm8k"),
-            _row("s_trace", "s_trace", "org/Toy-1B", "gsm8k", {"pass_at_1": [0.44, 0.43, 0.45]}, task="gsm8k",
-                 vs_baseline=vs)]
+    rows = [
+        _row("grpo", "grpo", "org/Toy-1B", "gsm8k", {"pass_at_1": [0.40, 0.41, 0.42]}, task="gsm8k"),
+        _row("dapo", "dapo", "org/Toy-1B", "gsm8k", {"pass_at_1": [0.43, 0.40, 0.44]}, task="gsm8k"),
+        _row(
+            "s_trace", "s_trace", "org/Toy-1B", "gsm8k", {"pass_at_1": [0.44, 0.43, 0.45]}, task="gsm8k", vs_baseline=vs
+        ),
+    ]
     _write_report(tmp_path / "results", _report("toy-sweep", "grpo", rows))
-    assert papers.main(["--paper", "toy", "--papers-dir", str(d), "--results-dir", str(tmp_path / "results"),
-                        "--sweep", "missing-sweep", "--sweep", "toy-sweep"]) == 0
+    assert (
+        papers.main(
+            [
+                "--paper",
+                "toy",
+                "--papers-dir",
+                str(d),
+                "--results-dir",
+                str(tmp_path / "results"),
+                "--sweep",
+                "missing-sweep",
+                "--sweep",
+                "toy-sweep",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     absolute = _table_row(out, "| 50.00 |")
     mean, lo, hi = papers.interval([0.44, 0.43, 0.45])
@@ -207,25 +281,28 @@ def test_unknown_paper_is_a_one_line_error_naming_the_valid_ones(capsys):
     assert "\n" not in err and err.startswith("creditbench: error: unknown paper 'strace'")
     assert all(name in err for name in PAPERS)
     with pytest.raises(CreditBenchError, match="Valid papers: arca, grpo_lambda, ibpo, selective_traces"):
-        papers.load_paper("nope")
+        paper_data.load_paper("nope")
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("metric", "pass@16", r"results\[0\]\.metric: 'pass@16' is not a metric name"),
-    ("value", "50", r"results\[0\]\.value: must be a finite number"),
-    ("value", True, r"results\[0\]\.value: must be a finite number"),
-    ("method", "s-trace", r"results\[0\]\.method: unknown method 's-trace'.*Valid methods: .*s_trace"),
-    ("unit", "points", r"results\[0\]\.unit: 'points' is not one of percent, fraction"),
-    ("benchmark", "average", r"results\[0\]\.over: an average needs"),
-    ("kind", "delta", r"results\[0\]\.vs"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("metric", "pass@16", r"results\[0\]\.metric: 'pass@16' is not a metric name"),
+        ("value", "50", r"results\[0\]\.value: must be a finite number"),
+        ("value", True, r"results\[0\]\.value: must be a finite number"),
+        ("method", "s-trace", r"results\[0\]\.method: unknown method 's-trace'.*Valid methods: .*s_trace"),
+        ("unit", "points", r"results\[0\]\.unit: 'points' is not one of percent, fraction"),
+        ("benchmark", "average", r"results\[0\]\.over: an average needs"),
+        ("kind", "delta", r"results\[0\]\.vs"),
+    ],
+)
 def test_bad_field_is_a_one_line_error_naming_it(tmp_path, field, value, message):
     d = _toy_papers(tmp_path)
     doc = yaml.safe_load((d / "toy.yaml").read_text())
     doc["results"][0][field] = value
     (d / "toy.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(CreditBenchError, match=message) as info:
-        papers.load_paper("toy", d)
+        paper_data.load_paper("toy", d)
     assert "\n" not in str(info.value) and str(info.value).startswith("toy.yaml: ")
 
 
@@ -235,12 +312,17 @@ def test_setting_status_must_be_known(tmp_path):
     doc["setting"]["lr"] = {"value": 1e-6, "status": "guessed"}
     (d / "toy.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(CreditBenchError, match=r"setting\.lr\.status: status 'guessed' is not one of verified"):
-        papers.load_paper("toy", d)
+        paper_data.load_paper("toy", d)
 
 
 def test_python_dash_m_works():
-    proc = subprocess.run([sys.executable, "-m", "bench.report.papers", "--paper", "arca", "--results-dir", "/nonexistent"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.report.papers", "--paper", "arca", "--results-dir", "/nonexistent"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "No verified numbers" in proc.stdout and "**Setting**: models Qwen3-1.7B [V]" in proc.stdout
 

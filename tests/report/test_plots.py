@@ -8,7 +8,8 @@ import math
 import pytest
 from PIL import Image
 
-from bench.report.plots import main, method_colors, write_plots
+from bench.report.plot_common import method_colors
+from bench.report.plots import main, write_plots
 
 MODELS = {"tiny-2m": 1_987_520, "tiny-500k": 529_856}  # listed out of size order on purpose
 METHODS = {"grpo": 0.00, "arca": 0.04, "grpo-lora16": -0.03}
@@ -25,30 +26,59 @@ def _row(method: str, model: str, eval_task: str = "arithmetic") -> dict:
     final = 0.36 + gain
     samples = [0, 1024, 2048, 3072, 4096]
     curve = [0.26 + (final - 0.26) * (s / 4096) ** 0.5 for s in samples]
-    metrics = {f"pass_at_{k}": _stat([min(final * (1 + 0.4 * i), 1) - 0.01, min(final * (1 + 0.4 * i), 1) + 0.01])
-               for i, k in enumerate([1, 2, 4])}
+    metrics = {
+        f"pass_at_{k}": _stat([min(final * (1 + 0.4 * i), 1) - 0.01, min(final * (1 + 0.4 * i), 1) + 0.01])
+        for i, k in enumerate([1, 2, 4])
+    }
     metrics["base_pass_at_1"] = _stat([0.25, 0.27])
     metrics["samples_to_target"] = {"mean": None, "lo": None, "hi": None, "n": 0, "values": [None, None]}
     return {
-        "method": method, "method_name": method.split("-")[0], "lora_rank": 16 if "lora" in method else 0,
-        "model": model, "params": MODELS[model], "task": "arithmetic", "eval_task": eval_task,
-        "seeds": [0, 1], "ks": [1, 2, 4], "n": 4, "metrics": metrics, "vs_baseline": {}, "target_pass_at_1": 0.35,
-        "curve": {"samples": samples, "tokens": [31 * s for s in samples], "pass_at_1": curve,
-                  "pass_at_1_lo": [c - 0.02 for c in curve], "pass_at_1_hi": [c + 0.02 for c in curve]},
+        "method": method,
+        "method_name": method.split("-")[0],
+        "lora_rank": 16 if "lora" in method else 0,
+        "model": model,
+        "params": MODELS[model],
+        "task": "arithmetic",
+        "eval_task": eval_task,
+        "seeds": [0, 1],
+        "ks": [1, 2, 4],
+        "n": 4,
+        "metrics": metrics,
+        "vs_baseline": {},
+        "target_pass_at_1": 0.35,
+        "curve": {
+            "samples": samples,
+            "tokens": [31 * s for s in samples],
+            "pass_at_1": curve,
+            "pass_at_1_lo": [c - 0.02 for c in curve],
+            "pass_at_1_hi": [c + 0.02 for c in curve],
+        },
     }
 
 
 def _report(eval_tasks: tuple[str, ...] = ("arithmetic",)) -> dict:
     rows = [_row(m, mo, e) for e in eval_tasks for mo in MODELS for m in METHODS]
     credit = {
-        mo: {"prompt": "Compute 12+$7\\*3 and put the\nanswer after '='.", "completion_tokens": TOKENS,
-             "reward": 1.0,
-             "methods": {m: [(-1) ** j * (j + 1) * (0.01 + i * 0.02) for j in range(len(TOKENS))]
-                         for i, m in enumerate(METHODS)}}
+        mo: {
+            "prompt": "Compute 12+$7\\*3 and put the\nanswer after '='.",
+            "completion_tokens": TOKENS,
+            "reward": 1.0,
+            "methods": {
+                m: [(-1) ** j * (j + 1) * (0.01 + i * 0.02) for j in range(len(TOKENS))] for i, m in enumerate(METHODS)
+            },
+        }
         for mo in MODELS
     }
-    return {"sweep": "synthetic", "baseline": "grpo", "target": 0.9, "budget": {"samples": 4096},
-            "runs": 12, "wall_s": 10.0, "rows": rows, "credit_maps": credit}
+    return {
+        "sweep": "synthetic",
+        "baseline": "grpo",
+        "target": 0.9,
+        "budget": {"samples": 4096},
+        "runs": 12,
+        "wall_s": 10.0,
+        "rows": rows,
+        "credit_maps": credit,
+    }
 
 
 def _check_png(path) -> None:
@@ -61,8 +91,14 @@ def _check_png(path) -> None:
         assert any(lo != hi for lo, hi in lo_hi), f"{path.name} is a single colour"
 
 
-PLAIN = ["pass1_vs_samples.png", "pass1_vs_tokens.png", "pass_at_k.png", "final_vs_size.png",
-         "credit_map_tiny-2m.png", "credit_map_tiny-500k.png"]
+PLAIN = [
+    "pass1_vs_samples.png",
+    "pass1_vs_tokens.png",
+    "pass_at_k.png",
+    "final_vs_size.png",
+    "credit_map_tiny-2m.png",
+    "credit_map_tiny-500k.png",
+]
 
 
 def test_writes_every_figure(tmp_path):
@@ -101,8 +137,12 @@ def test_credit_map_skips_bad_methods_and_cuts_long_completions(tmp_path):
     report["rows"] = []
     cm = report["credit_maps"]["tiny-500k"]
     cm["completion_tokens"] = TOKENS * 10  # 140 tokens: wraps, then is cut at 96
-    cm["methods"] = {"grpo": [0.0] * 140, "arca": [0.1 * math.sin(j) for j in range(140)],
-                     "ibpo": [math.nan] * 140, "short": [1.0]}
+    cm["methods"] = {
+        "grpo": [0.0] * 140,
+        "arca": [0.1 * math.sin(j) for j in range(140)],
+        "ibpo": [math.nan] * 140,
+        "short": [1.0],
+    }
     del report["credit_maps"]["tiny-2m"]
     assert [p.name for p in write_plots(report, tmp_path)] == ["credit_map_tiny-500k.png"]
     _check_png(tmp_path / "credit_map_tiny-500k.png")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench import ui_screenshot as ui
+from bench.perf import ui_screenshot as ui
 
 pytestmark = [
     pytest.mark.browser,

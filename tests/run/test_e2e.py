@@ -2,25 +2,38 @@
 its metrics, params, tags and artifacts in the MLflow store. The run must learn."""
 
 import json
-import sqlite3
 
 import pytest
 
-from bench.config import EvalConfig, MethodSpec, ModelConfig, RLConfig, RunConfig, TaskSpec, TrackingConfig, WarmStartConfig
+from bench.config import (
+    EvalConfig,
+    MethodSpec,
+    ModelConfig,
+    RLConfig,
+    RunConfig,
+    TaskSpec,
+    TrackingConfig,
+    WarmStartConfig,
+)
 from bench.run.train import run
-
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    return {"uri": f"sqlite:///{root / 'mlflow.db'}", "db": root / "mlflow.db", "cache": str(root / "cache"),
-            "results": str(root / "results")}
+    return {
+        "uri": f"sqlite:///{root / 'mlflow.db'}",
+        "db": root / "mlflow.db",
+        "cache": str(root / "cache"),
+        "results": str(root / "results"),
+    }
 
 
 def config(store, **kw) -> RunConfig:
     return RunConfig(
-        model=ModelConfig(name="tiny-500k"), task=TaskSpec(), method=MethodSpec(options={"kl_coef": 0.0}),
+        model=ModelConfig(name="tiny-500k"),
+        task=TaskSpec(),
+        method=MethodSpec(options={"kl_coef": 0.0}),
         rl=RLConfig(steps=30, prompts_per_step=16, group_size=8, lr=1e-4),
         eval=EvalConfig(every=30, n=4, k=[1, 4], num_problems=200),
         warmstart=WarmStartConfig(),
@@ -37,7 +50,9 @@ def result(store):
 def test_grpo_run_learns(result):
     base, final, d = result["base"], result["final"], result["delta_pass_at_1"]
     assert 0.05 < base["pass_at_1"] < 0.7, "the warm-started base must leave room for RL"
-    assert d["delta"] > 2 * d["se"], f"pass@1 {base['pass_at_1']:.3f} -> {final['pass_at_1']:.3f}, paired SE {d['se']:.3f}"
+    assert d["delta"] > 2 * d["se"], (
+        f"pass@1 {base['pass_at_1']:.3f} -> {final['pass_at_1']:.3f}, paired SE {d['se']:.3f}"
+    )
     assert final["pass_at_4"] >= final["pass_at_1"]
     assert result["samples"] == 30 * 16 * 8 and result["tokens"] > 0
 
@@ -57,8 +72,16 @@ def test_mlflow_store_holds_the_runs(result, store):
     assert [m.step for m in history] == [0, 30]
     assert history[-1].value == pytest.approx(result["final"]["pass_at_1"])
     assert len(client.get_metric_history(run_.info.run_id, "train/reward")) == 30
-    for key in ("train/entropy", "train/clip_frac", "train/grad_norm", "train/samples", "train/tokens",
-                "train/response_length", "eval/arithmetic/pass_at_4", "eval/arithmetic/avg_at_4"):
+    for key in (
+        "train/entropy",
+        "train/clip_frac",
+        "train/grad_norm",
+        "train/samples",
+        "train/tokens",
+        "train/response_length",
+        "eval/arithmetic/pass_at_4",
+        "eval/arithmetic/avg_at_4",
+    ):
         assert client.get_metric_history(run_.info.run_id, key), key
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
     assert "config.yaml" in artifacts and "completions" in artifacts
@@ -66,7 +89,9 @@ def test_mlflow_store_holds_the_runs(result, store):
     assert len(table) == 2
     warm = client.search_runs([client.get_experiment_by_name("creditbench-warmstart").experiment_id])
     assert len(warm) == 1 and warm[0].data.metrics["warmstart/check_accuracy"] >= 0.25
-    summary = json.loads((__import__("pathlib").Path(store["results"]) / "e2e" / "runs" / f"{result['run_name']}.json").read_text())
+    summary = json.loads(
+        (__import__("pathlib").Path(store["results"]) / "e2e" / "runs" / f"{result['run_name']}.json").read_text()
+    )
     assert summary["mlflow_run_id"] == result["mlflow_run_id"]
 
 
@@ -89,9 +114,10 @@ def test_report_of_the_run(result, store):
 
 
 def test_warmstart_is_deterministic_for_a_seed(tmp_path, store):
+    from safetensors.torch import load_file
+
     from bench.registry import TASKS
     from bench.run.warmstart import base_checkpoint
-    from safetensors.torch import load_file
 
     task = TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(num_operands=2, train_size=2000))
     cfg = WarmStartConfig(max_steps=15, target_accuracy=1.0, check_every=10)

@@ -34,29 +34,37 @@ def sweep_cmd(spec: Path, env: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, warm_cache):
     root = tmp_path_factory.mktemp("sweep")
-    e = {**os.environ, "URI": f"sqlite:///{root / 'mlflow.db'}", "RESULTS": str(root / "results"),
-         "CREDITBENCH_CACHE": warm_cache, "ROOT": str(root)}
+    e = {
+        **os.environ,
+        "URI": f"sqlite:///{root / 'mlflow.db'}",
+        "RESULTS": str(root / "results"),
+        "CREDITBENCH_CACHE": warm_cache,
+        "ROOT": str(root),
+    }
     e["MLFLOW_TRACKING_URI"] = e["URI"]
     return e
 
 
 # ------------------------------------------------------------------ bad specs fail before any run
-@pytest.mark.parametrize("change, message", [
-    ({"methods": ["grpo", "grpoo"]}, "unknown method 'grpoo'"),
-    ({"tasks": ["arithmetik"]}, "unknown task 'arithmetik'"),
-    ({"models": ["tiny-3m"]}, "unknown model size 'tiny-3m'"),
-    ({"budget": None}, "budget"),
-    ({"budget": {"steps": 10}}, "budget must be one of {samples: N} or {tokens: N}"),
-    ({"budget": {"samples": -5}}, "budget samples must be a positive integer"),
-    ({"eval": {"n": 2, "k": [1, 4]}}, "eval.k must lie in [1, eval.n=2]"),
-    ({"baseline": "dapo"}, "baseline 'dapo' is not one of the sweep's method labels"),
-    ({"seeds": ["zero"]}, "seeds must be integers"),
-    ({"target_of": "best"}, "target_of must be one of gain, final"),
-    ({"methodz": ["grpo"]}, "unknown sweep spec"),
-    ({"methods": [{"name": "grpo", "options": {"clip": 0.3}}]}, "has no option 'clip'"),
-    ({"overrides": {"rl.lr": -1}}, "rl.lr must be > 0"),
-    ({"methods": ["grpo", {"name": "grpo"}]}, "used twice"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"methods": ["grpo", "grpoo"]}, "unknown method 'grpoo'"),
+        ({"tasks": ["arithmetik"]}, "unknown task 'arithmetik'"),
+        ({"models": ["tiny-3m"]}, "unknown model size 'tiny-3m'"),
+        ({"budget": None}, "budget"),
+        ({"budget": {"steps": 10}}, "budget must be one of {samples: N} or {tokens: N}"),
+        ({"budget": {"samples": -5}}, "budget samples must be a positive integer"),
+        ({"eval": {"n": 2, "k": [1, 4]}}, "eval.k must lie in [1, eval.n=2]"),
+        ({"baseline": "dapo"}, "baseline 'dapo' is not one of the sweep's method labels"),
+        ({"seeds": ["zero"]}, "seeds must be integers"),
+        ({"target_of": "best"}, "target_of must be one of gain, final"),
+        ({"methodz": ["grpo"]}, "unknown sweep spec"),
+        ({"methods": [{"name": "grpo", "options": {"clip": 0.3}}]}, "has no option 'clip'"),
+        ({"overrides": {"rl.lr": -1}}, "rl.lr must be > 0"),
+        ({"methods": ["grpo", {"name": "grpo"}]}, "used twice"),
+    ],
+)
 def test_bad_spec_fails_before_any_run(tmp_path, change, message):
     spec = {k: v for k, v in {**SPEC, **change}.items() if v is not None}
     path = tmp_path / "bad.yaml"
@@ -70,8 +78,23 @@ def test_bad_spec_fails_before_any_run(tmp_path, change, message):
 def test_bad_spec_on_the_command_line_starts_nothing(tmp_path, env):
     path = write_spec(tmp_path, name="bad", methods=["grpo", "s-trace"])
     results, db = tmp_path / "results", tmp_path / "m.db"
-    p = subprocess.run([sys.executable, "-m", "bench.cli", "sweep", str(path), "--results-dir", str(results),
-                        "--uri", f"sqlite:///{db}"], capture_output=True, text=True, cwd=REPO, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "sweep",
+            str(path),
+            "--results-dir",
+            str(results),
+            "--uri",
+            f"sqlite:///{db}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     assert p.returncode == 2
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and "unknown method 's-trace'" in err[0] and "s_trace" in err[0], p.stderr
@@ -79,8 +102,12 @@ def test_bad_spec_on_the_command_line_starts_nothing(tmp_path, env):
 
 
 def test_spec_expands_methods_models_seeds(tmp_path):
-    path = write_spec(tmp_path, methods=["all", {"name": "arca", "overrides": {"model.lora.rank": 4}}],
-                      models=["tiny-500k", "tiny-2m"], seeds=[3])
+    path = write_spec(
+        tmp_path,
+        methods=["all", {"name": "arca", "overrides": {"model.lora.rank": 4}}],
+        models=["tiny-500k", "tiny-2m"],
+        seeds=[3],
+    )
     sweep = load_spec(path)
     from bench.registry import METHODS
 
@@ -131,8 +158,14 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
 
     spec = write_spec(tmp_path, name="cut", seeds=[0])
     runs_dir = Path(env["RESULTS"]) / "cut" / "runs"
-    proc = subprocess.Popen(sweep_cmd(spec, env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        sweep_cmd(spec, env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 600
         while time.time() < deadline:  # kill once one run finished and the next one is training
@@ -151,8 +184,9 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
     assert len(list(runs_dir.glob("*.json"))) == finished, "a run outlived the killed sweep"
     assert finished == 1, f"the kill should land in the second run, {finished} of 2 runs had finished"
     client, before = _sweep_runs(env["URI"], "cut")
-    assert any(r.info.status == "RUNNING" for r in before if r.data.tags.get("kind") == "rl"), \
+    assert any(r.info.status == "RUNNING" for r in before if r.data.tags.get("kind") == "rl"), (
         "the interrupted run should be left RUNNING in the store"
+    )
 
     p = subprocess.run(sweep_cmd(spec, env), capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -175,13 +209,34 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
     cut = json.loads((Path(env["RESULTS"]) / "cut" / "report.json").read_text())
     assert _comparable(cut) == _comparable(reference)
     assert {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")} >= {
-        "report/report.json", "report/summary.md", "report/summary.csv", "report/pass1_vs_samples.png"}
+        "report/report.json",
+        "report/summary.md",
+        "report/summary.csv",
+        "report/pass1_vs_samples.png",
+    }
     # the report rewritten from the finished runs is the same, and goes to the parent run again
-    p = subprocess.run([sys.executable, "-m", "bench.cli", "summarize", "--sweep", "cut", "--results-dir", env["RESULTS"],
-                        "--uri", env["URI"], "--no-plots"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "summarize",
+            "--sweep",
+            "cut",
+            "--results-dir",
+            env["RESULTS"],
+            "--uri",
+            env["URI"],
+            "--no-plots",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0 and parents[0].info.run_id in p.stdout, p.stderr[-2000:]
     again = json.loads((Path(env["RESULTS"]) / "cut" / "report.json").read_text())
     assert _comparable(again) == _comparable(cut)
     local = client.download_artifacts(parents[0].info.run_id, "report/summary.md", str(tmp_path))
     assert Path(local).read_text() == (Path(env["RESULTS"]) / "cut" / "summary.md").read_text()
-

@@ -1,6 +1,6 @@
 """The code benchmarks: every reference solution passes its tests in the sandbox, wrong ones fail,
 completions become programs the way the docstring says, and nothing runs without the opt-in.
-(The sandbox itself, with hostile programs, is tests/tasks/test_sandbox.py.)"""
+(The sandbox itself, with hostile programs, is tests/tasks/test_sandbox*.py.)"""
 
 import pytest
 from shared_data import DATA, needs_data
@@ -47,7 +47,7 @@ def test_mbpp_reference_code_of_every_sanitized_task_passes():
 
 def test_completions_become_programs():
     he = TASKS.get("humaneval")()
-    row = {"question": "import math\n\ndef f(x):\n    \"\"\"Double x.\"\"\"\n", "entry_point": "f"}
+    row = {"question": 'import math\n\ndef f(x):\n    """Double x."""\n', "entry_point": "f"}
     # a base model continues the prompt; Codex's stop sequences end the function
     assert he.program("    return 2 * x\n\ndef g():\n    pass\n", row) == row["question"] + "    return 2 * x\n"
     assert cut_at_stop("    return 1\nprint('x')") == "    return 1"
@@ -60,7 +60,9 @@ def test_completions_become_programs():
     assert fenced_blocks("```python\ndef f(x):\n    return x") == ["def f(x):\n    return x"]
     mbpp = TASKS.get("mbpp")()
     mrow = {"entry_point": "add"}
-    assert mbpp.program("def add(a, b):\n    return a + b\n[DONE] trailing", mrow) == "def add(a, b):\n    return a + b\n"
+    assert (
+        mbpp.program("def add(a, b):\n    return a + b\n[DONE] trailing", mrow) == "def add(a, b):\n    return a + b\n"
+    )
     two = "```python\nprint(1)\n```\n```python\ndef add(a, b):\n    return a + b\n```"
     assert mbpp.program(two, mrow) == "def add(a, b):\n    return a + b\n"
 
@@ -99,8 +101,11 @@ def test_code_runs_only_after_the_opt_in(monkeypatch):
     cfg = RunConfig(task=TaskSpec(name="mbpp"))
     with pytest.raises(CreditBenchError, match="allow_code_execution: true"):
         resolve(cfg)
-    assert resolve(RunConfig(task=TaskSpec(name="mbpp"), allow_code_execution=True)).task.verify(
-        ["def f():\n    return 1\n"], [row])[0].correct
+    assert (
+        resolve(RunConfig(task=TaskSpec(name="mbpp"), allow_code_execution=True))
+        .task.verify(["def f():\n    return 1\n"], [row])[0]
+        .correct
+    )
     monkeypatch.setenv("CREDITBENCH_ALLOW_CODE_EXECUTION", "1")
     assert cls().verify(["def f():\n    return 1\n"], [row])[0].correct
 

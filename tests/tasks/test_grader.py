@@ -7,8 +7,9 @@ import time
 import pytest
 
 from bench.errors import CreditBenchError
-from tasks import math_grader
-from tasks.math_grader import MAX_CHARS, MathGrader, grade_one, shutdown_pools
+from tasks import math_pool
+from tasks.math_grader import MathGrader, grade_one, shutdown_pools
+from tasks.math_verdict import MAX_CHARS
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +122,14 @@ def test_guards_grade_pathological_input_wrong_without_parsing():
     # Ordinary nesting, long numbers and powers still grade, and only the last MAX_CHARS count.
     nested = "\\frac{1}{" * 20 + "2" + "}" * 20
     ok = MathGrader(workers=0)(
-        ["\\boxed{" + nested + "}", "\\boxed{2^{2^{2^{2}}}}", "\\boxed{2^{100}}",
-         "x" * 100_000 + " \\boxed{12}", "\\boxed{12}" + "x" * MAX_CHARS, "\ud800 \\boxed{3\x00}"],
+        [
+            "\\boxed{" + nested + "}",
+            "\\boxed{2^{2^{2^{2}}}}",
+            "\\boxed{2^{100}}",
+            "x" * 100_000 + " \\boxed{12}",
+            "\\boxed{12}" + "x" * MAX_CHARS,
+            "\ud800 \\boxed{3\x00}",
+        ],
         [nested, "65536", str(2**100), "12", "12", "3"],
     )
     assert [o.correct for o in ok] == [True, True, True, True, False, True]
@@ -162,13 +169,13 @@ def test_pathological_answers_one_call_each_through_the_pool(fast):
 def test_a_worker_past_its_deadline_is_killed_and_replaced():
     g = MathGrader(timeout=1, workers=2)
     assert_recovered(g)
-    pool = math_grader._shared_pool(2)
+    pool = math_pool.shared_pool(2)
     before, replaced = pool.pids, pool.replaced
     for pid in before:  # a worker stuck where no signal reaches, as in a C-level hang
         os.kill(pid, signal.SIGSTOP)
     t0 = time.monotonic()
     out = g([f"\\boxed{{{i}}}" for i in range(6)], [str(i) for i in range(6)])
-    assert time.monotonic() - t0 < math_grader.deadline_seconds(1) + 30
+    assert time.monotonic() - t0 < math_pool.deadline_seconds(1) + 30
     assert [o.error for o in out] == ["timeout", "timeout", None, None, None, None]
     assert [o.correct for o in out] == [False, False, True, True, True, True]
     assert out[0].correct_flexible is False and out[0].parsed is None
@@ -180,7 +187,7 @@ def test_a_worker_past_its_deadline_is_killed_and_replaced():
 
 def test_a_worker_killed_from_outside_is_replaced(fast):
     assert_recovered(fast)
-    pool = math_grader._shared_pool(fast.pool_size())
+    pool = math_pool.shared_pool(fast.pool_size())
     victim = pool.pids[0]
     os.kill(victim, signal.SIGKILL)
     out = fast([f"\\boxed{{{i}}}" for i in range(20)], [str(i % 10) for i in range(20)])
@@ -190,7 +197,7 @@ def test_a_worker_killed_from_outside_is_replaced(fast):
 
 def test_an_item_under_which_two_workers_die_is_graded_worker_died(fast):
     assert_recovered(fast)
-    pool = math_grader._shared_pool(fast.pool_size())
+    pool = math_pool.shared_pool(fast.pool_size())
     kills, done = [], threading.Event()
 
     def killer():  # SIGKILL whichever worker is grading item 0, twice
@@ -291,10 +298,10 @@ def test_grader_is_picklable_and_close_leaves_the_shared_pool(fast):
     assert_recovered(fast)
     copy = pickle.loads(pickle.dumps(fast))
     assert (copy.timeout, copy.workers) == (fast.timeout, fast.workers)
-    pool = math_grader._shared_pool(fast.pool_size())
+    pool = math_pool.shared_pool(fast.pool_size())
     copy.close()
     assert_recovered(copy)
-    assert math_grader._shared_pool(fast.pool_size()) is pool
+    assert math_pool.shared_pool(fast.pool_size()) is pool
     assert MathGrader().pool_size() == min(2, os.cpu_count())
     with pytest.raises(CreditBenchError):
         MathGrader(workers=-1)
@@ -305,10 +312,10 @@ def test_grader_is_picklable_and_close_leaves_the_shared_pool(fast):
 def test_shutdown_pools_ends_every_worker_process(fast):
     assert_recovered(fast)
     assert_recovered(MathGrader(timeout=TIMEOUT, workers=1))
-    pids = [pid for pool in list(math_grader._POOLS.values()) for pid in pool.pids]
+    pids = [pid for pool in list(math_pool._POOLS.values()) for pid in pool.pids]
     assert len(pids) >= 3
     shutdown_pools()
-    assert not math_grader._POOLS
+    assert not math_pool._POOLS
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}")
     assert_recovered(fast)  # a fresh pool starts on next use

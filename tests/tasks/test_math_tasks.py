@@ -13,9 +13,18 @@ from tasks.data import DATA_ENV
 from tasks.math_benchmarks import integer_answer, last_boxed, olympiad_answer
 
 MATH_TASKS = ["gsm8k", "math", "math500", "aime24", "aime25", "amc23", "minerva", "olympiadbench"]
-EXPECTED = {("gsm8k", "train"): 7473, ("gsm8k", "eval"): 1319, ("math", "eval"): 5000, ("math500", "eval"): 500,
-            ("aime24", "train"): 975, ("aime24", "eval"): 30, ("aime25", "eval"): 30, ("amc23", "eval"): 40,
-            ("minerva", "eval"): 272, ("olympiadbench", "eval"): 675}
+EXPECTED = {
+    ("gsm8k", "train"): 7473,
+    ("gsm8k", "eval"): 1319,
+    ("math", "eval"): 5000,
+    ("math500", "eval"): 500,
+    ("aime24", "train"): 975,
+    ("aime24", "eval"): 30,
+    ("aime25", "eval"): 30,
+    ("amc23", "eval"): 40,
+    ("minerva", "eval"): 272,
+    ("olympiadbench", "eval"): 675,
+}
 LEVEL_3_TO_5 = 5559  # SOURCES.md counts 5563 DeepScaleR MATH rows at difficulty >= 3; 4 have no answer
 
 
@@ -72,13 +81,25 @@ def test_math_train_drops_math500_problems(tmp_path):
     (tmp_path / "deepscaler_train").mkdir()
     (tmp_path / "math500").mkdir()
     shared = "What is $1+1$?"
-    rows = [{"problem": shared, "answer": "2", "difficulty": 1.0, "type": "Algebra"},
-            {"problem": "What is $2+2$?", "answer": "4", "difficulty": 1.0, "type": "Algebra"},
-            {"problem": "What is $3+3$?", "answer": None, "difficulty": 1.0, "type": "Algebra"}]
+    rows = [
+        {"problem": shared, "answer": "2", "difficulty": 1.0, "type": "Algebra"},
+        {"problem": "What is $2+2$?", "answer": "4", "difficulty": 1.0, "type": "Algebra"},
+        {"problem": "What is $3+3$?", "answer": None, "difficulty": 1.0, "type": "Algebra"},
+    ]
     (tmp_path / "deepscaler_train" / "math.json").write_text(json.dumps(rows))
-    (tmp_path / "math500" / "test.jsonl").write_text(json.dumps(
-        {"problem": shared + "  ", "solution": "\\boxed{2}", "answer": "2", "subject": "Algebra", "level": 1,
-         "unique_id": "test/algebra/1.json"}) + "\n")
+    (tmp_path / "math500" / "test.jsonl").write_text(
+        json.dumps(
+            {
+                "problem": shared + "  ",
+                "solution": "\\boxed{2}",
+                "answer": "2",
+                "subject": "Algebra",
+                "level": 1,
+                "unique_id": "test/algebra/1.json",
+            }
+        )
+        + "\n"
+    )
     train = TASKS.get("math500")(TASKS.get("math500").Config(data_dir=str(tmp_path))).load("train")
     assert train["question"] == ["What is $2+2$?"]  # the MATH-500 problem and the answerless row are gone
 
@@ -116,8 +137,11 @@ def test_hub_loading_offline_says_how_to_use_a_local_copy(monkeypatch):
     monkeypatch.delenv(DATA_ENV, raising=False)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     cls = TASKS.get("aime25")
-    with pytest.raises(CreditBenchError, match=r"could not load math-ai/aime25 split test from the Hugging Face Hub.*"
-                                               r"CREDITBENCH_DATA.*aime25/test.jsonl"):
+    with pytest.raises(
+        CreditBenchError,
+        match=r"could not load math-ai/aime25 split test from the Hugging Face Hub.*"
+        r"CREDITBENCH_DATA.*aime25/test.jsonl",
+    ):
         cls().load("eval")
 
 
@@ -127,7 +151,9 @@ def test_prompt_templates():
     row = {"question": "What is $1+1$?"}
     cls = TASKS.get("math500")
     qwen = cls(cls.Config(template="qwen-math")).prompt(row)
-    assert qwen.startswith("<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.")
+    assert qwen.startswith(
+        "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
     assert qwen.endswith("What is $1+1$?<|im_end|>\n<|im_start|>assistant\n")
     tok = char_tokenizer()
     plain = cls(cls.Config(template="chat")).prompt(row, tok)  # no chat template: the plain instruction

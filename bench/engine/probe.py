@@ -1,0 +1,83 @@
+"""The credit probe: one fixed group of completions on which every method's effective credit
+(-dL/d log pi, as in the credit/* diagnostics of bench.engine.diagnostics) is shown token by token.
+With the same base policy every method finds the same group, so their credit maps are comparable."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from bench.config import RLConfig
+from bench.core import Method, RolloutBatch
+from bench.distributed import local
+from bench.engine.sampling import RolloutSampler
+from bench.engine.step import forward, score_batch
+from bench.numerics import aggregate
+
+
+@torch.no_grad()
+def find_probe(
+    sampler: RolloutSampler, rows: list[dict], rl: RLConfig, devices: list[int], seed: int = 1234
+) -> tuple[RolloutBatch, int] | None:
+    """The first of ``rows`` whose G samples (drawn with a fixed ``seed``, the RNGs of the CPU and of
+    ``devices`` left as they were) mix correct and wrong answers, and the row of its first
+    lowest-reward completion; None when no row's samples mix."""
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        for row in rows:
+            batch, _ = sampler.rollout([row], rl.group_size, rl.sampling, details=False)
+            if batch.rewards.max() > batch.rewards.min():
+                return batch, int(torch.argmin(batch.rewards))
+    return None
+
+
+def probe_state(probe: tuple[RolloutBatch, int] | None) -> tuple[dict[str, Any], int] | None:
+    """The probe as a checkpoint holds it: the batch's fields (plain tensors and lists) and the row."""
+    if probe is None:
+        return None
+    batch, row = probe
+    return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}, row
+
+
+def probe_from_state(state: tuple[dict[str, Any], int] | None) -> tuple[RolloutBatch, int] | None:
+    return None if state is None else (RolloutBatch(**state[0]), state[1])
+
+
+def credit_map(
+    policy,
+    ref_policy,
+    method: Method,
+    sampler: RolloutSampler,
+    rl: RLConfig,
+    probe: tuple[RolloutBatch, int],
+    devices: list[int],
+) -> dict[str, Any]:
+    """The method's effective credit on the probe's completion under the current policy: token texts
+    and one value each. The probe group is its own batch: batch-wide statistics are its own in every
+    process. What the method generates for it (``augment``, with a fixed seed) is not counted."""
+    batch, row = probe
+    batch = dataclasses.replace(batch, extra=dict(batch.extra))
+    with local():
+        counters = sampler.samples, sampler.tokens
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(4321)
+            batch = method.augment(batch, sampler)  # e.g. IBPO's repairs (not counted as training samples)
+        sampler.samples, sampler.tokens = counters
+        score_batch(policy, ref_policy, method, batch, rl, fused=False)
+        credit = method.credit(batch)
+        s = forward(policy, batch, rl, with_entropy=False)
+        out = method.loss(batch, s.logprobs, credit)
+        loss = aggregate(out.loss, batch.completion_mask, method.config.aggregation, max_len=batch.max_new_tokens)
+        grad = torch.autograd.grad(loss, s.logprobs, allow_unused=True)[0]
+    grad = torch.zeros_like(s.logprobs) if grad is None else grad
+    valid = batch.completion_mask[row].bool()
+    ids = batch.completion_ids[row][valid].tolist()
+    return {
+        "prompt": batch.prompts[row],
+        "completion": batch.completions[row],
+        "completion_tokens": [sampler.tokenizer.decode([i]) for i in ids],
+        "reward": float(batch.rewards[row]),
+        "credit": (-grad[row][valid]).float().tolist(),
+    }

@@ -1,0 +1,175 @@
+"""Rollouts: the engine samples completions, the task verifies them, and what was generated is
+counted (the run's sample and token budgets read the counts).
+
+:class:`RolloutSampler` is the engine's side of :class:`bench.core.Sampler` (the methods that
+generate more rollouts themselves call its ``complete``); :func:`train_rollouts` is one RL step's
+sampling, refilled with fresh prompts while the method drops groups (dynamic sampling)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from bench.config import RLConfig, SamplingConfig
+from bench.core import Method, RolloutBatch
+from bench.distributed import world_size
+from bench.engine.rollout import RolloutEngine, completion_mask
+from bench.tasks_base import Task
+
+
+class RolloutSampler:
+    """Samples with ``engine`` and verifies with ``task`` (or the task a call names). ``samples`` and
+    ``tokens`` count the completions and generated tokens that training consumed (the caller counts a
+    rollout with :meth:`count`; ``complete`` counts its own), ``verify_s`` the seconds spent in the
+    verifier, reported apart from the rollout time."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer, task: Task, sampling: SamplingConfig):
+        self.engine, self.tokenizer, self.task, self.sampling = engine, tokenizer, task, sampling
+        self.samples = 0  # completions generated for training
+        self.tokens = 0  # completion tokens generated for training
+        self.verify_s = 0.0
+
+    def rollout(
+        self, rows: list[dict], n: int, sampling: SamplingConfig, details: bool, task: Task | None = None
+    ) -> tuple[RolloutBatch, list[dict]]:
+        """``n`` verified completions of each of ``rows`` (groups in row order), and for each the
+        verifier's parsed answer and flexible verdict (``details``: the verifier fills them)."""
+        task = task or self.task
+        prompts = [task.prompt(r, self.tokenizer) for r in rows]
+        gen = self.engine.generate(prompts, n, sampling)
+        device = gen.completion_ids.device
+        expanded = [r for r in rows for _ in range(n)]
+        t = time.perf_counter()
+        outcomes = task.verify(gen.texts, expanded, details=details)
+        self.verify_s += time.perf_counter() - t
+        batch = RolloutBatch(
+            prompt_ids=gen.prompt_ids,
+            prompt_mask=gen.prompt_mask,
+            completion_ids=gen.completion_ids,
+            completion_mask=gen.completion_mask,
+            group_ids=torch.arange(len(rows), device=device).repeat_interleave(n),
+            rewards=torch.tensor([o.reward for o in outcomes], dtype=torch.float32, device=device),
+            correct=torch.tensor([o.correct for o in outcomes], device=device),
+            truncated=gen.truncated,
+            max_new_tokens=sampling.max_new_tokens,
+            prompts=[p for p in prompts for _ in range(n)],
+            completions=gen.texts,
+            rows=expanded,
+            extra={} if gen.logprobs is None else {"rollout_logprobs": gen.logprobs},  # for the mismatch check
+        )
+        return batch, [{"parsed": o.parsed, "correct_flexible": o.correct_flexible} for o in outcomes]
+
+    def count(self, batch: RolloutBatch) -> None:
+        """Training samples and generated tokens consumed (every generation counts, kept or not)."""
+        self.samples += batch.size
+        self.tokens += int(batch.lengths.sum())
+
+    def complete(self, batch: RolloutBatch, index: torch.Tensor, prefixes: list[torch.Tensor]) -> RolloutBatch:
+        """bench.core.Sampler: continue each forced prefix with the policy, within the batch's budget."""
+        idx = index.tolist()
+        sub = batch.select(index)
+        budget = batch.max_new_tokens
+        sequences = [
+            torch.cat([batch.prompt_ids[i][batch.prompt_mask[i].bool()], p.to(batch.prompt_ids)])
+            for i, p in zip(idx, prefixes)
+        ]
+        room = max(1, budget - min(len(p) for p in prefixes))
+        gen = self.engine.generate_ids(sequences, room, self.sampling)
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        comps = [torch.cat([p.to(gen.completion_ids), g])[:budget] for p, g in zip(prefixes, gen.completion_ids)]
+        ids = torch.full((len(idx), budget), pad, dtype=comps[0].dtype, device=comps[0].device)
+        for j, c in enumerate(comps):
+            ids[j, : len(c)] = c
+        mask, truncated = completion_mask(ids, eos)
+        ids = ids.masked_fill(mask == 0, pad)
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        t = time.perf_counter()
+        outcomes = self.task.verify(texts, sub.rows, details=False)
+        self.verify_s += time.perf_counter() - t
+        sub.completion_ids, sub.completion_mask, sub.truncated, sub.completions = ids, mask, truncated, texts
+        if "rollout_logprobs" in sub.extra:  # the engine's log-probs of the continuation; none for the forced prefix
+            lp = torch.full(ids.shape, math.nan, device=ids.device)
+            for j, p in enumerate(prefixes):
+                g = gen.logprobs[j][: budget - len(p)]
+                lp[j, len(p) : len(p) + len(g)] = g
+            sub.extra["rollout_logprobs"] = lp
+        sub.rewards = torch.tensor([o.reward for o in outcomes], dtype=torch.float32, device=ids.device)
+        sub.correct = torch.tensor([o.correct for o in outcomes], device=ids.device)
+        sub.max_new_tokens = budget
+        self.samples += len(idx)
+        prefix_len = torch.tensor([len(p) for p in prefixes], device=mask.device)
+        self.tokens += int((mask.sum(-1) - prefix_len).clamp(min=0).sum())  # generated, not forced, tokens
+        return sub
+
+
+@dataclass
+class TrainRollouts:
+    """One RL step's sampling."""
+
+    batch: RolloutBatch  # what to train on
+    generated: RolloutBatch  # every rollout generated this step, for the reward statistics
+    rounds: int = 1  # rollout batches generated
+    kept_groups: int | None = None  # groups the method kept; None when it keeps them all (no keep_groups)
+
+
+def train_rollouts(
+    sampler: RolloutSampler, method: Method, rows: list[dict], rl: RLConfig, refill: Callable[[int], list[dict]]
+) -> TrainRollouts:
+    """The step's training batch, refilled with ``refill(n)`` fresh prompts while the method drops
+    groups (``keep_groups``), for at most ``generation_rounds`` rollout batches; every rollout is
+    counted. ``rows`` are this process's share of the step's prompts."""
+    n = rl.prompts_per_step // world_size()
+    batch, _ = sampler.rollout(rows, rl.group_size, rl.sampling, details=False)
+    sampler.count(batch)
+    generated, kept, kept_groups = [batch], [], None
+    for round_ in range(method.generation_rounds):
+        if round_ > 0:
+            batch, _ = sampler.rollout(refill(n), rl.group_size, rl.sampling, details=False)
+            sampler.count(batch)
+            batch.group_ids = batch.group_ids + round_ * n  # distinct from earlier rounds'
+            generated.append(batch)
+        keep = method.keep_groups(batch)
+        if keep is None:
+            return TrainRollouts(batch, batch, kept_groups=kept_groups)
+        kept.append(batch.select(torch.nonzero(keep[batch.group_ids]).squeeze(-1)))
+        kept_groups = sum(int(k.group_ids.unique().numel()) for k in kept if k.size)
+        if kept_groups >= n:
+            break
+    everything = regroup(RolloutBatch.concat(generated))
+    kept = [k for k in kept if k.size]
+    if not kept:  # nothing to learn from this step; train on all (zero advantage) rather than skip
+        return TrainRollouts(everything, everything, len(generated), kept_groups)
+    train = regroup(RolloutBatch.concat(kept))
+    first = torch.nonzero(train.group_ids < n).squeeze(-1)  # at most a full batch
+    return TrainRollouts(train.select(first), everything, len(generated), kept_groups)
+
+
+def reward_stats(generated: RolloutBatch) -> dict[str, float]:
+    """What the step's rollouts earned: every generation, kept for training or not."""
+    lengths = generated.lengths.float()
+    mixed = _group_max(generated.rewards, generated.group_ids) != -_group_max(-generated.rewards, generated.group_ids)
+    return {
+        "train/reward": float(generated.rewards.mean()),
+        "train/accuracy": float(generated.correct.float().mean()),
+        "train/response_length": float(lengths.mean()),
+        "train/truncated_frac": float(generated.truncated.float().mean()),
+        "train/mixed_group_frac": float(mixed.float().mean()),
+    }
+
+
+def _group_max(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:  # [num_groups]
+    n = int(group_ids.max()) + 1
+    return torch.full((n,), -math.inf, dtype=values.dtype, device=values.device).scatter_reduce(
+        0, group_ids, values, reduce="amax"
+    )
+
+
+def regroup(batch: RolloutBatch) -> RolloutBatch:
+    """Renumber group ids 0..n-1 in order of first appearance (after concatenating or filtering)."""
+    _, inverse = torch.unique_consecutive(batch.group_ids, return_inverse=True)
+    batch.group_ids = inverse
+    return batch

@@ -1,0 +1,201 @@
+"""The result tables of README.md and docs/, generated from results/ so that no number is pasted.
+
+A generated block sits between two HTML comments, which Markdown renders as nothing::
+
+    <!-- results:embedded/summary -->
+    (generated: never edit by hand)
+    <!-- /results -->
+
+The word after ``results:`` names the source, relative to results/:
+
+- ``SWEEP/summary``: one row per (model, method) of ``results/SWEEP/report.json``, the report a
+  sweep writes (bench/report/summary.py): base -> final pass@1 per seed, final pass@1, its paired
+  difference to the baseline, sample AUC and its difference, pass@k at the largest k.
+- ``SWEEP/run``: one sentence on how the sweep ran: runs, budget, wall time and machine
+  (``results/SWEEP/run_all.json``, written by run_all.sh) and the summed run time (report.json).
+- ``PATH.md`` or ``PATH.md#N``: every Markdown table of ``results/PATH.md`` (a benchmark's output,
+  e.g. ``benchmarks/rl_step.md``), or only its N-th (from 1), copied verbatim.
+
+Each block ends with a link to its source, relative to the page it is in.
+
+    python -m bench.report.docs_tables            rewrite every block of README.md and docs/**/*.md
+    python -m bench.report.docs_tables --check    rewrite nothing; exit 1 naming the pages that differ
+
+Rerun it after a benchmark or sweep rewrote its files under results/; tests/test_docs.py fails while
+a page and its sources disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.errors import CreditBenchError
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository: README.md, docs/ and results/ live here."""
+
+BLOCK = re.compile(r"(<!-- results:(?P<source>[^ ]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
+
+
+# ---------------------------------------------------------------------------------- formatting
+def _ci(ci: dict | None, signed: bool = False) -> str:
+    """``mean [lo, hi]`` of a t-interval dict (bench/report/stats.py), as summary.md writes it."""
+    if not ci or ci.get("mean") is None:
+        return "–"
+    f = "{:+.3f}" if signed else "{:.3f}"
+    if ci.get("n", 1) < 2:
+        return f.format(ci["mean"])
+    return f"{f.format(ci['mean'])} [{f.format(ci['lo'])}, {f.format(ci['hi'])}]"
+
+
+def _duration(seconds: float) -> str:
+    minutes, s = divmod(round(seconds), 60)
+    return f"{minutes} min {s} s" if minutes else f"{s} s"
+
+
+def _report(results: Path, sweep: str) -> dict[str, Any]:
+    path = results / sweep / "report.json"
+    if not path.is_file():
+        raise CreditBenchError(f"{path} not found: run the sweep {sweep!r} or `creditbench summarize --sweep {sweep}`")
+    return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------------------------- sources
+def sweep_summary(results: Path, sweep: str) -> tuple[str, str]:
+    """The headline table of a sweep's report, and the file it summarises."""
+    report = _report(results, sweep)
+    base = report["baseline"]
+    k = max(max(r["ks"]) for r in report["rows"])
+    several = len({r["eval_task"] for r in report["rows"]}) > 1
+    head = [
+        "model",
+        *(["eval task"] if several else []),
+        "method",
+        "base → final pass@1 (per seed)",
+        "final pass@1",
+        f"Δ pass@1 vs {base}",
+        "AUC samples",
+        f"Δ AUC vs {base}",
+        f"pass@{k}",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in report["rows"]:
+        m, v = r["metrics"], r["vs_baseline"]
+        per_seed = ", ".join(
+            f"{b:.3f}→{f:.3f}" for b, f in zip(m["base_pass_at_1"]["values"], m["pass_at_1"]["values"])
+        )
+        cells = [
+            r["model"],
+            *([r["eval_task"]] if several else []),
+            r["method"],
+            per_seed,
+            _ci(m["pass_at_1"]),
+            _ci(v.get("pass_at_1"), True),
+            _ci(m["auc_samples"]),
+            _ci(v.get("auc_samples"), True),
+            _ci(m.get(f"pass_at_{k}")),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), f"{sweep}/report.json"
+
+
+def sweep_run(results: Path, sweep: str) -> tuple[str, str]:
+    """One sentence: how many runs, what budget, how long, on what machine."""
+    report = _report(results, sweep)
+    budget = ", ".join(f"{n:,} {kind}" for kind, n in report["budget"].items()) or "as configured"
+    text = f"{report['runs']} runs of {budget} each; {report['compute_s'] / 60:.1f} min of run time in all"
+    info_path = results / sweep / "run_all.json"
+    if info_path.is_file():
+        info = json.loads(info_path.read_text())
+        text += (
+            f", {_duration(info['wall_s'])} of wall time with {info['jobs']} runs at a time on "
+            f"{info['cpus']} CPUs ({info['machine']}, Python {info['python']})"
+        )
+    return text + ".", f"{sweep}/report.json"
+
+
+def markdown_tables(results: Path, name: str) -> tuple[str, str]:
+    """The Markdown tables of a results file (``PATH.md``), or its N-th (``PATH.md#N``)."""
+    rel, _, nth = name.partition("#")
+    path = results / rel
+    if not path.is_file():
+        raise CreditBenchError(f"{path} not found (named by a results block); its benchmark writes it")
+    tables: list[list[str]] = []
+    previous = ""
+    for line in path.read_text().splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            tables[-1].append(line)
+        previous = line
+    if not tables:
+        raise CreditBenchError(f"{path} has no Markdown table")
+    if nth:
+        if not nth.isdigit() or not 1 <= int(nth) <= len(tables):
+            raise CreditBenchError(f"{path} has {len(tables)} tables; '#{nth}' must be a number in 1..{len(tables)}")
+        tables = [tables[int(nth) - 1]]
+    return "\n\n".join("\n".join(t) for t in tables), rel
+
+
+def generate(source: str, results: Path) -> tuple[str, str]:
+    """The Markdown a block of ``source`` holds, and the results file it comes from (relative)."""
+    if source.endswith(".md") or ".md#" in source:
+        return markdown_tables(results, source)
+    sweep, _, kind = source.rpartition("/")
+    if kind == "summary" and sweep:
+        return sweep_summary(results, sweep)
+    if kind == "run" and sweep:
+        return sweep_run(results, sweep)
+    raise CreditBenchError(f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run or PATH.md[#N]")
+
+
+# ---------------------------------------------------------------------------------- pages
+def render(page: Path, results: Path) -> str:
+    """The page's text with every results block regenerated."""
+
+    def block(match: re.Match) -> str:
+        body, source_file = generate(match["source"], results)
+        link = Path(os.path.relpath(results / source_file, page.parent)).as_posix()
+        return f"{match[1]}{body}\n\n<sub>Generated from [results/{source_file}]({link}).</sub>\n{match[4]}"
+
+    return BLOCK.sub(block, page.read_text())
+
+
+def pages(root: Path) -> list[Path]:
+    """README.md and every Markdown page under docs/."""
+    return [p for p in [root / "README.md", *sorted((root / "docs").rglob("*.md"))] if p.is_file()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.report.docs_tables", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page differs from its sources")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the repository (README.md, docs/, results/)")
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    stale = []
+    try:
+        for page in pages(a.root):
+            text = render(page, a.root / "results")
+            if text != page.read_text():
+                stale.append(page.relative_to(a.root).as_posix())
+                if not a.check:
+                    page.write_text(text)
+    except CreditBenchError as e:
+        print(f"docs_tables: error: {e}", file=sys.stderr)
+        return 2
+    if a.check and stale:
+        print(
+            f"out of date with results/: {', '.join(stale)} (run: python -m bench.report.docs_tables)", file=sys.stderr
+        )
+        return 1
+    print(("rewrote " + ", ".join(stale)) if stale and not a.check else "every results block is current")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""A finished run's result: what bench.run.train writes to results/<sweep>/runs/<run>.json for a
+sweep's run, and what the report (bench.report.summary) reads back. The JSON is
+``dataclasses.asdict`` of :class:`RunResult`, its keys in field order."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.errors import CreditBenchError
+
+
+@dataclass
+class EvalPoint:
+    """One evaluation of the policy during the run (the first one is the base policy's)."""
+
+    step: int
+    """RL steps done."""
+    samples: int
+    """Training completions generated until then."""
+    tokens: int
+    """Completion tokens generated for training until then."""
+    eval: dict[str, dict[str, float]]
+    """Eval task -> its metrics (pass_at_K, avg_at_N, mean_length, ...; no per-problem values)."""
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    run_name: str
+    """The MLflow run's name (a sweep's run key)."""
+    mlflow_run_id: str
+    method: str
+    """The registered method (the sweep's label for it is ``label``)."""
+    task: str
+    """The training task; its eval split gives ``base``, ``final`` and the report's primary rows."""
+    eval_tasks: list[str] = field(default_factory=list)
+    """Every task evaluated at each eval point, the training task first (results without the key:
+    the training task alone)."""
+    model: str
+    params: int
+    """Parameters of the policy."""
+    lora_rank: int = 0
+    seed: int
+    steps: int
+    """RL steps done."""
+    samples: int
+    """Training completions generated."""
+    tokens: int
+    """Completion tokens generated for training."""
+    wall_s: float
+    """Seconds of training and evaluation (over every attempt of a resumed run)."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """The run config's extra MLflow tags (a sweep's run key, label, config hash and budget)."""
+    budget: dict[str, int]
+    """The run's budget: ``{samples: N, tokens: M}``, 0 where there is none."""
+    base: dict[str, float]
+    """The base policy's metrics on the training task."""
+    final: dict[str, float]
+    """The trained policy's metrics on the training task."""
+    delta_pass_at_1: dict[str, float]
+    """final - base pass@1 of the training task: its mean ``delta``, paired standard error ``se`` and ``z``."""
+    history: list[EvalPoint]
+    credit_probe: dict[str, Any] | None = None
+    """The method's credit on one fixed completion (bench.engine.diagnostics), or None."""
+
+    def __post_init__(self) -> None:
+        self.history = [h if isinstance(h, EvalPoint) else EvalPoint(**h) for h in self.history]
+        self.eval_tasks = self.eval_tasks or [self.task]
+
+    @property
+    def label(self) -> str:
+        """The method's label in a sweep (its ``label`` tag), else the method's name."""
+        return self.tags.get("label") or self.method
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def write(self, path: Path) -> None:
+        """Write the result JSON atomically (a reader never sees half a file)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> RunResult:
+        """The result at ``path``; a missing, truncated or foreign file is a one-line error naming it."""
+        redo = "delete it and run the sweep again to redo that run"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CreditBenchError(f"run result {path} is not valid JSON ({e}); {redo}") from None
+        try:
+            return cls(**data)
+        except TypeError as e:  # a key missing or unknown: not a result this version writes
+            raise CreditBenchError(f"run result {path} is not a run's result ({e}); {redo}") from None

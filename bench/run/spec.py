@@ -1,0 +1,293 @@
+"""The sweep spec: the typed form of a sweep YAML (see results/sweeps/ and results/papers/*.sweep.yaml)::
+
+    name: embedded                       # results/<name>/ and the parent MLflow run's name
+    base: ../configs/embedded_grpo.yaml  # optional run YAML every run starts from (relative to the spec)
+    tasks: [arithmetic]                  # training task(s): a name or {name, options}
+    eval_tasks: []                       # more tasks evaluated at every eval point
+    methods:                             # a name, `all` (every registered method), or
+      - all                              #   {name, label, options, overrides}
+      - {name: grpo, label: grpo-lora16, overrides: {model.lora.rank: 16}}
+    method_overrides: {arca: {model.lora.rank: 16}}   # overrides for a method wherever it appears
+    models: [tiny-500k, tiny-2m]         # tiny sizes, local directories or Hub ids; or {name, overrides}
+    seeds: [0, 1]
+    budget: {samples: 4096}              # required: training samples or generated tokens per run
+    eval: {every: 8, n: 4, k: [1, 2, 4], num_problems: 100}
+    overrides: {rl.lr: 1.0e-4}           # any run config field, dotted, for every run
+    baseline: grpo                       # the label paired differences and the target refer to
+    target: 0.9                          # cost to reach the baseline's base + 0.9 x its gain in pass@1
+    target_of: gain                      # or final: 0.9 x the baseline's final pass@1
+    threads: 1                           # torch threads per run (default: cores // jobs)
+
+A spec is parsed like a run config: jsonargparse checks every value against the dataclasses below,
+whose field docstrings document the keys. Two shorthands are expanded first: a list key given a
+single entry is a list of that entry, and a task, method or model given by its name is
+``{name: NAME}``. Keys are checked here too, before jsonargparse, which lets a misspelt key through
+when its value is an empty mapping. Every error is one line that names the file and the key.
+
+The defaults of the report's baseline and target (``baseline``, ``target``, ``target_of``) live
+here only: bench.report.summary and ``creditbench summarize`` read them from :class:`SweepSpec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from jsonargparse.typing import PositiveInt
+
+from bench.config import TaskSpec
+from bench.core import check
+from bench.errors import CreditBenchError, did_you_mean
+
+TargetOf = Literal["gain", "final"]
+TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
+"""How the to-target cost's pass@1 is set from the baseline: a share of its gain over its base
+policy, or a share of its final pass@1."""
+ALL = "all"
+"""The method entry that stands for every registered method not listed under its own name."""
+
+
+@dataclass
+class MethodEntry:
+    name: str
+    """A registered method (see `creditbench methods`), or `all`."""
+    label: str | None = None
+    """The entry's name in run keys and the report (default: the method's name); one per entry."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the method's config fields."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Dotted run config settings for this entry's runs (over method_overrides)."""
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    """A tiny size, a local directory or a Hugging Face Hub id."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Dotted run config settings for this model's runs (e.g. more GPUs for the largest model)."""
+
+
+@dataclass
+class Budget:
+    """What every run of the sweep may spend: methods are compared at the same budget."""
+
+    FORM: ClassVar[str] = "one of {samples: N} or {tokens: N} (a matched budget per run, not steps)"
+    samples: PositiveInt | None = None
+    """Training completions generated per run."""
+    tokens: PositiveInt | None = None
+    """Completion tokens generated for training per run."""
+
+    def __post_init__(self) -> None:
+        check((self.samples is None) != (self.tokens is None), f"budget must be {self.FORM}, got {self.as_dict()}")
+
+    def as_dict(self) -> dict[str, int]:
+        """``{samples: N}`` or ``{tokens: N}``, as the spec gives it (and the report records it)."""
+        return {k: int(v) for k, v in (("samples", self.samples), ("tokens", self.tokens)) if v is not None}
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    """results/<name>/ and the parent MLflow run's name: a plain directory name."""
+    methods: list[MethodEntry]
+    """The methods compared: names, `all`, or {name, label, options, overrides}."""
+    models: list[ModelEntry]
+    """The models every method trains: names or {name, overrides}."""
+    seeds: list[int]
+    """One run per seed of every method, model and task."""
+    budget: Budget
+    """Training samples or generated tokens per run."""
+    description: str | None = None
+    """The parent MLflow run's note (default: "sweep <name>")."""
+    experiment: str = "creditbench"
+    """MLflow experiment of the sweep's runs."""
+    base: str | None = None
+    """A run YAML every run starts from (relative to the spec's folder)."""
+    tasks: list[TaskSpec] | None = None
+    """Training tasks: names or {name, options} (default: the base's task, else arithmetic)."""
+    eval_tasks: list[TaskSpec] = field(default_factory=list)
+    """More tasks evaluated at every eval point, after the training task."""
+    method_overrides: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """Registered method name -> dotted run config settings for its runs wherever it appears."""
+    eval: dict[str, Any] = field(default_factory=dict)
+    """Settings of the run config's eval section, for every run."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Dotted run config settings for every run (e.g. {rl.lr: 1.0e-4})."""
+    baseline: str = "grpo"
+    """The method label that paired differences and the to-target cost refer to."""
+    target: float = 0.9
+    """The to-target pass@1 as a share of the baseline's gain or final pass@1 (see target_of)."""
+    target_of: TargetOf = "gain"
+    """gain: the baseline's mean base pass@1 + target x its gain; final: target x its final pass@1."""
+    threads: int = 0
+    """torch threads per run (0: the machine's cores // the sweep's jobs)."""
+
+    def __post_init__(self) -> None:
+        check(
+            bool(self.name) and "/" not in self.name and not self.name.startswith("."),
+            f"name must be a plain directory name, got {self.name!r}",
+        )
+        for key in ("methods", "models", "seeds", "tasks"):
+            check(getattr(self, key) != [], f"{key} must list at least one entry")
+        check(self.threads >= 0, f"threads must be an integer >= 0, got {self.threads}")
+        check(0 < self.target <= 1, f"target must be in (0, 1], got {self.target}")
+
+    def method_entries(self) -> list[MethodEntry]:
+        """Every method entry with its label and all its overrides, `all` expanded to the registered
+        methods not listed under their own name; checks the names, the labels and the baseline."""
+        from bench.registry import METHODS
+
+        for name in self.method_overrides:
+            METHODS.get(name)  # an unknown name fails with the valid choices
+        listed = {m.label or m.name for m in self.methods if m.name != ALL}
+        entries = []
+        for m in self.methods:
+            if m.name == ALL:
+                entries += [MethodEntry(n) for n in METHODS.names() if n not in listed]
+            else:
+                METHODS.get(m.name)
+                entries.append(m)
+        entries = [
+            MethodEntry(
+                m.name, m.label or m.name, m.options, {**(self.method_overrides.get(m.name) or {}), **m.overrides}
+            )
+            for m in entries
+        ]
+        labels = [m.label for m in entries]
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        check(not twice, f"method label(s) {', '.join(twice)} used twice; give each entry its own label")
+        check(
+            self.baseline in labels,
+            f"baseline {self.baseline!r} is not one of the sweep's method labels: {', '.join(labels)}",
+        )
+        return entries
+
+
+ENTRIES: dict[str, type] = {"tasks": TaskSpec, "eval_tasks": TaskSpec, "methods": MethodEntry, "models": ModelEntry}
+"""The list keys whose entries are a name or a mapping: key -> the entry's dataclass."""
+
+
+def read_spec(path: str | Path) -> SweepSpec:
+    """Parse and check the sweep spec at ``path`` (its runs are built by bench.run.sweep.load_spec)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CreditBenchError(f"sweep spec {str(path)!r} does not exist")
+    where = f"sweep spec {path}"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise CreditBenchError(f"{where}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise CreditBenchError(
+            f"{where}: expected a mapping of {', '.join(f.name for f in dataclasses.fields(SweepSpec))}"
+        )
+    try:
+        return SweepSpec(**vars(_parse(SweepSpec, _expand(raw))))
+    except CreditBenchError as e:
+        raise CreditBenchError(f"{where}: {e}") from None
+
+
+def _expand(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with its shorthands expanded, its keys checked and null values dropped (a null is the
+    default, or missing where the key is required)."""
+    names = [f.name for f in dataclasses.fields(SweepSpec)]
+    for key in raw:
+        if key not in names:
+            raise did_you_mean("sweep spec key", key, names)
+    out = {k: v for k, v in raw.items() if v is not None}
+    hints = typing.get_type_hints(SweepSpec)
+    for key, value in out.items():
+        if list in (typing.get_origin(hints[key]), *map(typing.get_origin, typing.get_args(hints[key]))):
+            out[key] = value if isinstance(value, list) else [value]
+    for key, cls in ENTRIES.items():
+        if key in out:
+            out[key] = [_entry(cls, key, e) for e in out[key]]
+    for f in dataclasses.fields(SweepSpec):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in out:
+            raise CreditBenchError(f"{f.name!r} is required: {_describe(hints[f.name])}")
+        group = hints[f.name]
+        if dataclasses.is_dataclass(group) and f.name in out:
+            value = out[f.name]
+            if not isinstance(value, dict) or set(value) - {g.name for g in dataclasses.fields(group)}:
+                raise CreditBenchError(f"{f.name} must be {_describe(group)}, got {value!r}")
+    return out
+
+
+def _entry(cls: type, key: str, entry: Any) -> dict[str, Any]:
+    """One entry of a list key as a mapping: a name is ``{name: NAME}``."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    form = f"a{'n' if key[0] in 'aeiou' else ''} {key} entry is a name or {{{', '.join(names)}}}"
+    if isinstance(entry, str) and entry:
+        return {"name": entry}
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+        raise CreditBenchError(f"{form}, got {entry!r}")
+    for k in entry:
+        if k not in names:
+            raise CreditBenchError(f"{form}: {did_you_mean('key', k, names)}")
+    return entry
+
+
+@functools.cache
+def _parser(cls: type):
+    from jsonargparse import ArgumentParser
+
+    p = ArgumentParser(exit_on_error=False, default_env=False)
+    p.add_class_arguments(cls, None)
+    return p
+
+
+def _parse(cls: type, raw: dict[str, Any]):
+    """jsonargparse's namespace of ``cls`` from ``raw``; a type error is one line naming the key."""
+    p = _parser(cls)
+    try:
+        return p.instantiate(p.parse_object(raw))
+    except CreditBenchError:
+        raise
+    except Exception as e:  # jsonargparse: a value of the wrong type
+        raise CreditBenchError(_explain(cls, raw, e)) from None
+
+
+def _explain(cls: type, raw: dict[str, Any], error: Exception) -> str:
+    """jsonargparse's error as ``<key> must be <what>, got <value>``; for an entry of a list key,
+    the entry's own error, under its name."""
+    from bench.run.args import first_line
+
+    found = re.search(r'Parser key "([\w.]+)"', str(error))
+    if found is None:
+        return first_line(error)
+    key, hint, value = found[1], cls, raw
+    for part in key.split("."):
+        hint, value = typing.get_type_hints(hint)[part], value[part]
+    if cls is SweepSpec and key in ENTRIES:
+        for entry in value:
+            try:
+                _parse(ENTRIES[key], entry)
+            except CreditBenchError as e:
+                return f"{key.removesuffix('s').replace('_', ' ')} {entry['name']!r}: {e}"
+    return f"{key.replace('.', ' ')} must be {_describe(hint)}, got {value!r}"
+
+
+WORDS = {int: "an integer", PositiveInt: "a positive integer", float: "a number", str: "a string"}
+
+
+def _describe(hint: Any) -> str:
+    """What a value of type ``hint`` is, in words: "a positive integer", "integers", "one of a, b"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args if a is not type(None))
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin is list:
+        return _describe(args[0]).split(" ", 1)[-1] + "s"  # "an integer" -> "integers"
+    if origin is dict or hint is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(hint):
+        return getattr(hint, "FORM", f"a mapping of {', '.join(f.name for f in dataclasses.fields(hint))}")
+    return WORDS.get(hint, getattr(hint, "__name__", str(hint)))

@@ -1,0 +1,141 @@
+"""Bad MLflow tracking URIs: an unreachable or silent server, a gateway without its server and
+local stores that cannot work are named in one line, fast, before ``creditbench train`` writes
+anything."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+from bad_input_support import (
+    BAD_URIS,
+    FAST_S,
+    UNREACHABLE,
+    assert_names,
+    cli,
+    error_line,
+    mlflow_runs,
+    train,
+)
+
+from bench.errors import CreditBenchError
+from bench.run.tracking import check_tracking_uri
+
+
+def test_unreachable_tracking_server_is_named_within_seconds():
+    for uri in (UNREACHABLE, "https://127.0.0.1:9/", "http://user:secret@127.0.0.1:9/prefix"):
+        t0 = time.perf_counter()
+        with pytest.raises(CreditBenchError) as e:
+            check_tracking_uri(uri)
+        assert time.perf_counter() - t0 < 5
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith("cannot reach MLflow tracking server 'http")
+        assert_names(msg, ["127.0.0.1:9", "mlflow server --host 127.0.0.1 --port 9", "sqlite:///"])
+        assert "secret" not in msg  # a password in the URI is not printed
+
+
+def test_a_server_that_never_answers_is_refused_after_the_timeout():
+    with socket.socket() as listener:  # accepts connections (the kernel does) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        t0 = time.perf_counter()
+        with pytest.raises(CreditBenchError, match="cannot reach MLflow tracking server .*no answer within 0.5 s"):
+            check_tracking_uri(uri, timeout=0.5)
+        assert time.perf_counter() - t0 < 3
+
+
+def serve(status: int) -> HTTPServer:
+    """An HTTP server on 127.0.0.1 answering every GET with ``status``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("status", [200, 401, 404])
+def test_a_server_that_answers_is_accepted(status):
+    server = serve(status)
+    try:
+        check_tracking_uri(f"http://127.0.0.1:{server.server_port}")
+        check_tracking_uri(f"http://127.0.0.1:{server.server_port}/mlflow/")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_gateway_without_its_server_is_refused():
+    server = serve(502)  # e.g. a reverse proxy whose MLflow server is down
+    try:
+        with pytest.raises(CreditBenchError, match="cannot reach MLflow tracking server .*HTTP 502"):
+            check_tracking_uri(f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_local_store_uris(ws):
+    """sqlite:/// in a directory that does not exist (MLflow would create it and a new, empty store
+    there), a directory or a text file as the database, and a file store that is a regular file."""
+    (ws.root / "notes.txt").write_text("not a database\n")
+    bad = {
+        f"sqlite:///{ws.root}/no/such/dir/mlflow.db": ["directory", "no/such/dir", "does not exist"],
+        "sqlite:///no-such-dir/mlflow.db": ["directory 'no-such-dir' does not exist"],
+        f"sqlite:///{ws.root}/results": ["is a directory, not an SQLite database file"],
+        f"sqlite:///{ws.root}/notes.txt": ["is not an SQLite database"],
+        f"sqlite:///{ws.root}/notes.txt/mlflow.db": ["is a file, not a directory"],
+        f"file://{ws.root}/notes.txt": ["is a regular file", "sqlite:///"],
+        str(ws.root / "notes.txt"): ["is a regular file"],
+        str(ws.db): ["is a regular file", f"use 'sqlite:///{ws.db}'"],  # the store, without sqlite:///
+        "mlflow.db": ["is a regular file", f"use 'sqlite:///{Path('mlflow.db')}'"],
+    }
+    for uri, expected in bad.items():
+        with pytest.raises(CreditBenchError) as e:
+            check_tracking_uri(uri)
+        assert uri in str(e.value) and "\n" not in str(e.value)
+        assert_names(str(e.value), expected)
+    for uri in (
+        ws.uri,
+        "sqlite:///mlflow.db",
+        "sqlite:///new.db",
+        f"sqlite:///{ws.root}/new.db",
+        "sqlite:///:memory:",
+        f"file://{ws.root}/mlruns",
+        "databricks",
+        "postgresql://user@db.example/mlflow",
+    ):
+        check_tracking_uri(uri)
+    assert not (ws.root / "no").exists() and not (ws.root / "no-such-dir").exists()
+
+
+@pytest.mark.parametrize("uri, expected", BAD_URIS)
+def test_train_refuses_an_unusable_tracking_uri_fast(capsys, ws, policy_dir, uri, expected):
+    uri = uri.format(root=ws.root)
+    t0 = time.perf_counter()
+    code, _, err = cli(capsys, "train", "--model.name", policy_dir, "--tracking.uri", uri)
+    assert time.perf_counter() - t0 < FAST_S
+    assert_names(error_line(code, err), expected)
+    assert not (ws.root / "no").exists() and not (ws.root / "mlruns").exists()
+    assert mlflow_runs(ws.db) == [ws.run_id]
+
+
+def test_train_checks_the_tracking_uri_before_writing_anything(capsys, ws):
+    """Before the tiny model's warm-start (its cache folder) and the run's checkpoint folder."""
+    code, _, err = train(
+        capsys, ws, "--tracking.uri", UNREACHABLE, "--task.options", "{train_size: 400, eval_size: 20}"
+    )
+    assert_names(error_line(code, err), ["cannot reach MLflow tracking server 'http://127.0.0.1:9'"])
+    ws.assert_unchanged()

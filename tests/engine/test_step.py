@@ -1,0 +1,135 @@
+"""The step's plain functions (bench.engine.step) without a Trainer do exactly what the module does
+with one: the same statistics, the same gradients, the same weights after the update -- fused (the
+training forward is the behaviour policy; ARCA's adapter-off forward handed from scoring to the
+update) and with a separate scoring forward (2 epochs x 2 minibatches, random minibatch order)."""
+
+import copy
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bench.config import EvalConfig, RLConfig
+from bench.core import RolloutBatch
+from bench.engine.module import RLVRModule
+from bench.engine.policy import add_lora, build_tiny, char_tokenizer
+from bench.engine.step import make_optimizer, score_batch, update
+from bench.registry import METHODS, TASKS
+
+G, GROUPS, P, T = 4, 3, 6, 10
+
+
+def fixed_batch(tokenizer) -> RolloutBatch:
+    """GROUPS groups of G completions of 3-10 tokens after 4-6 token left-padded prompts; every group
+    mixes correct and wrong answers."""
+    g = torch.Generator().manual_seed(0)
+    B, vocab, pad = GROUPS * G, len(tokenizer), tokenizer.pad_token_id
+    prompt_ids, prompt_mask = torch.full((B, P), pad), torch.zeros(B, P, dtype=torch.long)
+    for group in range(GROUPS):
+        n = int(torch.randint(4, P + 1, (1,), generator=g))
+        prompt_ids[group * G : (group + 1) * G, P - n :] = torch.randint(3, vocab, (n,), generator=g)
+        prompt_mask[group * G : (group + 1) * G, P - n :] = 1
+    lengths = torch.randint(3, T + 1, (B,), generator=g)
+    completion_mask = (torch.arange(T) < lengths[:, None]).long()
+    completion_ids = torch.randint(3, vocab, (B, T), generator=g).masked_fill(completion_mask == 0, pad)
+    correct = torch.rand(B, generator=g) < 0.5
+    correct[0::G], correct[1::G] = True, False
+    return RolloutBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        group_ids=torch.arange(GROUPS).repeat_interleave(G),
+        rewards=correct.float(),
+        correct=correct,
+        truncated=lengths == T,
+        max_new_tokens=T,
+    )
+
+
+class OneUpdate(RLVRModule):
+    """The module's scoring and update of one fixed batch in place of training_step's rollouts."""
+
+    def __init__(self, *args, batch: RolloutBatch, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batch = batch
+
+    def training_step(self, rows, batch_idx):
+        fused = self.rl.ppo_epochs == 1 and self.rl.minibatches == 1
+        torch.manual_seed(7)  # the minibatch order
+        hidden_off = self.score_batch(self.batch, fused)
+        self.stats = self.update(self.batch, fused, hidden_off)
+        self.grads = {n: p.grad.clone() for n, p in self.policy.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(
+    "method_name, options, lora, epochs, minibatches",
+    [
+        ("grpo", {"kl_coef": 0.04}, False, 1, 1),  # fused, KL to a separate reference
+        ("grpo", {"kl_coef": 0.04}, False, 2, 2),  # a scoring forward, ratios != 1 after the first step
+        ("arca", {"kl_coef": 0.04}, True, 1, 1),  # fused under LoRA: the adapter-off forward goes to the update
+        ("arca", {"kl_coef": 0.0}, True, 1, 2),
+    ],
+)
+def test_the_plain_update_is_the_modules_update(method_name, options, lora, epochs, minibatches):
+    tok = char_tokenizer()
+    base = build_tiny("tiny-500k", seed=0)[0]
+    if lora:
+        base = add_lora(base, rank=4, alpha=8.0, dropout=0.0, targets=["all-linear"])
+        with torch.no_grad():  # a moved adapter: a nonzero residual and KL
+            for n, p in base.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
+    ref = None if lora else build_tiny("tiny-500k", seed=1)[0].requires_grad_(False).eval()
+    cls = METHODS.get(method_name)
+    rl = RLConfig(
+        steps=2,
+        prompts_per_step=GROUPS,
+        group_size=G,
+        ppo_epochs=epochs,
+        minibatches=minibatches,
+        lr=1e-3,
+        warmup_steps=1,
+    )
+    fused = epochs == 1 and minibatches == 1
+
+    # without a Trainer
+    policy = copy.deepcopy(base).train()
+    batch = fixed_batch(tok)
+    opt, sched = make_optimizer(policy, rl)
+    torch.manual_seed(7)
+    hidden_off = score_batch(policy, ref, cls(cls.Config(**options)), batch, rl, fused)
+    assert (hidden_off is not None) == (lora and fused)
+    stats = update(policy, cls(cls.Config(**options)), batch, rl, opt, sched, torch.Tensor.backward, fused, hidden_off)
+    grads = {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
+
+    # the module under Lightning
+    module = OneUpdate(
+        copy.deepcopy(base),
+        tok,
+        cls(cls.Config(**options)),
+        TASKS.get("arithmetic")(),
+        "arithmetic",
+        rl,
+        EvalConfig(),
+        ref_policy=ref,
+        batch=fixed_batch(tok),
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=epochs * minibatches,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, train_dataloaders=DataLoader([0], collate_fn=lambda rows: rows))
+
+    assert stats == module.stats and stats["loss/total"] != 0 and "credit/gini" in stats
+    assert grads.keys() == module.grads.keys() and grads
+    assert all(torch.equal(grads[n], module.grads[n]) for n in grads)
+    after = module.policy.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in policy.state_dict().items())
+    if "hidden_residual" in module.method.required:
+        assert torch.equal(batch.hidden_residual, module.batch.hidden_residual) and batch.hidden_residual.max() > 0

@@ -1,0 +1,23 @@
+"""Fixtures of the sandbox tests (test_sandbox.py and test_sandbox_containment.py)."""
+
+from __future__ import annotations
+
+import pytest
+from sandbox_support import LIMITS, sandbox_dirs, sandbox_processes
+
+from tasks.sandbox import Sandbox
+
+
+@pytest.fixture(scope="module")
+def sb() -> Sandbox:
+    return Sandbox(LIMITS, workers=2)
+
+
+@pytest.fixture
+def machine_left_as_it_was():
+    """No sandbox process or temporary directory outlives the test (the sandbox tests use it on
+    every test: ``pytestmark = pytest.mark.usefixtures("machine_left_as_it_was")``)."""
+    procs, dirs = sandbox_processes(), sandbox_dirs()
+    yield
+    assert sandbox_processes() <= procs, "sandbox processes survived the run"
+    assert sandbox_dirs() <= dirs, "sandbox temp dirs were left behind"

@@ -1,0 +1,154 @@
+"""The documentation cannot rot: every relative link in README.md and docs/ leads to a file (and a
+heading, where it names one), the result tables equal what bench.report.docs_tables generates from
+results/, and each recipe in docs/recipes/ runs, in its small form (tests/docs_recipes.py says what
+is shrunk), from the first command to the last."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from docs_recipes import blocks, copy_repo, script
+from shared_data import DATA, needs_data
+
+from bench.report import docs_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = docs_tables.pages(ROOT)
+RECIPES = sorted((ROOT / "docs" / "recipes").glob("*.md"))
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)  # no headings inside code
+    return {_slug(m[1]) for m in re.finditer(r"^#+ (.*)$", text, re.M)}
+
+
+# ------------------------------------------------------------------------------------ links and tables
+def test_the_docs_are_where_the_readme_says():
+    names = {p.relative_to(ROOT).as_posix() for p in PAGES}
+    assert {
+        "docs/methods.md",
+        "docs/tasks.md",
+        "docs/sweeps-and-reports.md",
+        "docs/mlflow-ui.md",
+        "docs/reliability.md",
+        "docs/scale.md",
+        "docs/performance.md",
+    } <= names
+    assert [p.name for p in RECIPES] == ["add-a-method.md", "reproduce-a-paper-table.md", "run-the-benchmark.md"]
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_relative_links_lead_somewhere(page):
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target} (no file {dest})")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{target} (no heading #{anchor} in {dest.name})")
+    assert not broken, f"{page.relative_to(ROOT)}: broken links: {broken}"
+
+
+def test_result_tables_are_generated_from_results():
+    """Rerun ``python -m bench.report.docs_tables`` after a benchmark or sweep rewrote results/."""
+    for page in PAGES:
+        assert docs_tables.render(page, ROOT / "results") == page.read_text(), (
+            f"{page.relative_to(ROOT)} differs from results/: run python -m bench.report.docs_tables"
+        )
+    assert docs_tables.main(["--check"]) == 0
+
+
+def test_every_results_block_names_a_source_it_can_read():
+    sources = [m["source"] for page in PAGES for m in docs_tables.BLOCK.finditer(page.read_text())]
+    assert {"embedded/summary", "embedded/run", "benchmarks/rl_step.md", "benchmarks/trl.md#1"} <= set(sources)
+    with pytest.raises(docs_tables.CreditBenchError, match="unknown results block source"):
+        docs_tables.generate("embedded/everything", ROOT / "results")
+    with pytest.raises(docs_tables.CreditBenchError, match=r"'#99' must be a number in 1\.\."):
+        docs_tables.generate("benchmarks/trl.md#99", ROOT / "results")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_blocks_are_bash_and_skips_say_why(recipe):
+    found = blocks(recipe)
+    assert sum(skip is None for _, skip in found) >= 2, "a recipe is commands that run"
+    for body, _ in found:
+        proc = subprocess.run(["bash", "-n"], input=body, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{recipe.name}: not valid bash:\n{body}\n{proc.stderr}"
+
+
+# ------------------------------------------------------------------------------------------- recipes
+@pytest.fixture
+def run_recipe(tmp_path, warm_cache):
+    """Run a recipe's script in a fresh copy of the repository; returns the copy and the output."""
+
+    def run(name: str, timeout: int = 600) -> tuple[Path, str]:
+        copy = copy_repo(ROOT, tmp_path / "repo")
+        env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "CREDITBENCH_CHECKPOINTS")}
+        env.update(
+            PYTHONPATH=str(copy),
+            CREDITBENCH_CACHE=warm_cache,
+            CREDITBENCH_DATA=str(DATA),
+            HF_HUB_OFFLINE="1",
+            HF_DATASETS_OFFLINE="1",
+            OMP_NUM_THREADS="1",
+            JOBS="2",
+        )
+        proc = subprocess.run(
+            ["bash", "-c", script(ROOT / "docs" / "recipes" / name, copy)],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{name} failed (exit {proc.returncode}):\n{out[-6000:]}"
+        return copy, out
+
+    return run
+
+
+def test_recipe_run_the_benchmark(run_recipe):
+    copy, out = run_recipe("run-the-benchmark.md")
+    report = copy / "results" / "embedded-quick"
+    summary = (report / "summary.md").read_text()
+    assert "| tiny-500k | grpo | 1 |" in summary and "| tiny-500k | s_trace | 1 |" in summary
+    assert (report / "run_all.json").is_file() and (report / "pass1_vs_samples.png").is_file()
+    assert "48 runs" in out  # the dry run of the full benchmark lists all of them
+    # the docs now show the new run: the regenerated quick-run table has the shrunk run's one seed
+    assert docs_tables.render(copy / "docs" / "results.md", copy / "results") == (copy / "docs/results.md").read_text()
+    assert "2 runs of 8 samples each" in (copy / "docs" / "results.md").read_text()
+
+
+def test_recipe_add_a_method(run_recipe):
+    copy, out = run_recipe("add-a-method.md")
+    assert "early_credit" in out and " passed" in out and " failed" not in out
+    summary = (copy / "results" / "early-credit" / "summary.md").read_text()
+    assert "| tiny-500k | grpo | 1 |" in summary and "| tiny-500k | early_credit | 1 |" in summary
+
+
+@needs_data
+def test_recipe_reproduce_a_paper_table(run_recipe):
+    copy, out = run_recipe("reproduce-a-paper-table.md")
+    rows = [line for line in out.splitlines() if line.startswith("| s_trace | Qwen3-")]
+    assert len(rows) == 2 * 3, rows  # the three verified deltas, printed before and after the run
+    before, after = rows[:3], rows[3:]
+    assert all(r.split("|")[6].strip() == "-" for r in before)
+    measured = {r.split("|")[2].strip(): r.split("|")[6].strip() for r in after}
+    assert measured["Qwen3-1.7B"] != "-" and "(n=1)" in measured["Qwen3-1.7B"], after
+    assert measured["Qwen3-4B"] == "-" and measured["Qwen3-8B"] == "-"
