@@ -120,17 +120,10 @@ def cmd_summarize(argv: list[str]) -> int:
     out = Path(a.results_dir) / a.sweep
     runs = load_runs(a.results_dir, a.sweep)
     spec = read_spec(out / "sweep.yaml") if (out / "sweep.yaml").is_file() else None  # the spec the sweep ran
-    settings = (
-        {}
-        if spec is None
-        else {
-            "baseline": spec.baseline,
-            "target": spec.target,
-            "budget": spec.budget.as_dict(),
-            "target_of": spec.target_of,
-        }
-    )
-    report = build_report(runs, sweep=a.sweep, **settings)
+    if spec is None:  # the report's settings are then a sweep spec's defaults
+        report = build_report(runs, sweep=a.sweep)
+    else:
+        report = build_report(runs, spec.baseline, spec.target, spec.budget.as_dict(), a.sweep, spec.target_of)
     if report["baseline"] not in {r.label for r in runs}:
         report["baseline"] = ""
     written = write_files(report, out, plots=not a.no_plots)

@@ -12,7 +12,7 @@ What the copy changes, and nothing else (the commands themselves run verbatim):
    with HF generation. The arithmetic task takes tests/tiny_sweep.py's easy options and short
    warm-start, so every recipe shares one cached warm-start with the sweep tests.
 3. A Hub model (which this machine cannot download) is replaced by a randomly initialised tiny
-   Qwen3 saved under the model's own name (``.../Qwen3-1.7B``): the paper table then matches the
+   Qwen3 under the model's own name (a link ``.../Qwen3-1.7B``): the paper table then matches the
    measured row to the paper's model exactly as it matches the real one. The Hub benchmarks'
    data comes from the local copy ($CREDITBENCH_DATA).
 4. A block preceded by ``<!-- docs-test: skip: REASON -->`` is not run (a UI that serves until
@@ -21,6 +21,7 @@ What the copy changes, and nothing else (the commands themselves run verbatim):
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -96,15 +97,25 @@ def copy_repo(root: Path, dest: Path) -> Path:
     return dest
 
 
-def stand_in(root: Path, hub_id: str) -> str:
-    """A random tiny Qwen3 saved as ``<root>/.creditbench/stand-ins/<last part of hub_id>``."""
-    path = root / ".creditbench" / "stand-ins" / hub_id.rstrip("/").split("/")[-1]
+def tiny_policy(path: Path) -> Path:
+    """A randomly initialised tiny Qwen3 and its tokenizer saved at ``path`` (once)."""
     if not (path / "config.json").is_file():
         from bench.engine.policy import build_tiny
 
         model, tokenizer = build_tiny("tiny-500k", seed=0, max_positions=4096)  # math prompts are long
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
+    return path
+
+
+def stand_in(root: Path, hub_id: str) -> str:
+    """``<root>/.creditbench/stand-ins/<last part of hub_id>``: a link to the tiny policy that
+    $DOCS_STAND_IN names (tests/test_docs.py builds it once per session), else to one built here."""
+    path = root / ".creditbench" / "stand-ins" / hub_id.rstrip("/").split("/")[-1]
+    if not path.exists():
+        tiny = os.environ.get("DOCS_STAND_IN") or str(tiny_policy(path.parent / ".tiny-500k"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(tiny, target_is_directory=True)
     return str(path)
 
 
@@ -115,6 +126,8 @@ def shrink_spec(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     methods = list(spec["methods"])
     label = {id(m): m if isinstance(m, str) else m.get("label", m["name"]) for m in methods}
     keep = [m for m in methods if label[id(m)] == spec.get("baseline", "grpo")][:1]
+    if not keep and "all" in methods:  # the baseline is one of every registered method
+        keep = [spec.get("baseline", "grpo")]
     out["methods"] = keep + [m for m in methods[-1:] if m not in keep]
     model = spec["models"][0]
     name = model if isinstance(model, str) else model["name"]
@@ -156,7 +169,7 @@ def script(page: Path, copy: Path) -> str:
     lines = ["set -eo pipefail"]
     for i, (body, skip) in enumerate(blocks(page), 1):
         if skip is None:
-            lines += [shrink, f"echo '>>> {page.name}, block {i}' >&2", body]
+            lines += [shrink, f'echo ">>> {page.name}, block {i} at ${{SECONDS}} s" >&2', body]
     return "\n".join(lines) + "\n"
 
 

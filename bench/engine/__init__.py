@@ -1,1 +1,3 @@
-"""The training engine: the LightningModule, rollout engines, policy loading, checkpoints, metrics."""
+"""The training engine: the LightningModule (module) and what it calls -- the prompt order (data),
+rollouts (sampling; engines in rollout, vllm_engine), scoring and the update (step), eval numbers
+(metrics), the credit probe and diagnostics -- plus policy loading and checkpoints."""

@@ -82,7 +82,7 @@ def build_report(
     # horizons shared by every method of a (model, task, eval task): the budget, or the least any run
     # consumed, so each curve is observed over the whole horizon
     horizon: dict[tuple, dict[str, float]] = {}
-    for (label, model, task, ev), rs in groups.items():
+    for (_, model, task, ev), rs in groups.items():
         h = horizon.setdefault((model, task, ev), {"samples": math.inf, "tokens": math.inf})
         for r in rs:
             h["samples"] = min(h["samples"], r.samples)
@@ -259,8 +259,8 @@ def markdown(report: dict[str, Any]) -> str:
         + (
             f"{report['target']:.0%} of `{base}`'s final pass@1"
             if report.get("target_of") == "final"
-            else f"its base plus {report['target']:.0%} of `{base}`'s gain over the base (`{base}`'s mean base and final "
-            f"pass@1; – where `{base}` did not improve)"
+            else f"its base plus {report['target']:.0%} of `{base}`'s gain over the base (`{base}`'s mean base and "
+            f"final pass@1; – where `{base}` did not improve)"
         )
         + ".",
         "",

@@ -75,6 +75,23 @@ class RunResult:
         """The method's label in a sweep (its ``label`` tag), else the method's name."""
         return self.tags.get("label") or self.method
 
+    @classmethod
+    def from_history(cls, history: list[dict[str, Any]], task: str, **fields: Any) -> RunResult:
+        """The result of a run whose module evaluated ``history`` (bench.engine.module's eval
+        history: its per-problem pass@1 gives the paired delta of ``task``, the training task,
+        and is left out of the JSON)."""
+
+        def summary(metrics: dict[str, Any]) -> dict[str, float]:
+            return {k: v for k, v in metrics.items() if k != "per_problem_pass_at_1"}
+
+        base, final = history[0]["eval"][task], history[-1]["eval"][task]
+        points = [
+            EvalPoint(h["step"], h["samples"], h["tokens"], {t: summary(m) for t, m in h["eval"].items()})
+            for h in history
+        ]
+        delta = paired_delta(base["per_problem_pass_at_1"], final["per_problem_pass_at_1"])
+        return cls(task=task, base=summary(base), final=summary(final), delta_pass_at_1=delta, history=points, **fields)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -91,9 +108,23 @@ class RunResult:
         redo = "delete it and run the sweep again to redo that run"
         try:
             data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except OSError as e:
+            raise CreditBenchError(f"cannot read run result {path}: {e.strerror or e}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CreditBenchError(f"run result {path} is not valid JSON ({e}); {redo}") from None
         try:
             return cls(**data)
         except TypeError as e:  # a key missing or unknown: not a result this version writes
             raise CreditBenchError(f"run result {path} is not a run's result ({e}); {redo}") from None
+
+
+def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:
+    """Mean per-problem change of pass@1 and its paired standard error (same problems before and
+    after, so the per-problem difference's spread is the right noise estimate)."""
+    import numpy as np
+
+    from bench.engine.metrics import standard_error
+
+    d = np.asarray(after) - np.asarray(before)
+    se = standard_error(d)
+    return {"delta": float(d.mean()), "se": se, "z": float(d.mean() / se) if se > 0 else float("nan")}

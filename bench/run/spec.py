@@ -204,7 +204,7 @@ def _expand(raw: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in raw.items() if v is not None}
     hints = typing.get_type_hints(SweepSpec)
     for key, value in out.items():
-        if list in (typing.get_origin(hints[key]), *map(typing.get_origin, typing.get_args(hints[key]))):
+        if any(typing.get_origin(h) is list for h in (hints[key], *typing.get_args(hints[key]))):  # list[X] | None
             out[key] = value if isinstance(value, list) else [value]
     for key, cls in ENTRIES.items():
         if key in out:

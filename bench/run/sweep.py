@@ -284,9 +284,8 @@ def run_sweep(
         for i, fut in enumerate(as_completed(futures), 1):
             r, rc, wall = fut.result()
             ok = rc == 0 and _finished(client, out, r)
-            log(
-                f"[{i}/{len(todo)}] {r.key}: {'done' if ok else f'FAILED (exit {rc}), see {out}/logs/{r.key}.log'} in {wall:.0f} s"
-            )
+            outcome = "done" if ok else f"FAILED (exit {rc}), see {out}/logs/{r.key}.log"
+            log(f"[{i}/{len(todo)}] {r.key}: {outcome} in {wall:.0f} s")
             if not ok:
                 failed.append(r.key)
     wall = time.perf_counter() - t0

@@ -151,7 +151,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         load_policy,
         num_parameters,
     )
-    from bench.run.result import EvalPoint, RunResult
+    from bench.run.result import RunResult
     from bench.run.tracking import check_tracking_uri, flatten, git_commit, log_config, log_dict, make_logger
     from bench.run.warmstart import base_checkpoint
 
@@ -311,17 +311,12 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         sink.flush()
     if probe is not None:
         log_dict(logger, probe, "credit_probe.json")
-    primary = cfg.task.name
-    base, final = module.eval_history[0]["eval"], module.eval_history[-1]["eval"]
-
-    def strip(res: dict) -> dict:
-        return {k: v for k, v in res.items() if k != "per_problem_pass_at_1"}
-
-    result = RunResult(
+    result = RunResult.from_history(
+        module.eval_history,
+        cfg.task.name,
         run_name=r.run_name,
         mlflow_run_id=logger.run_id,
         method=cfg.method.name,
-        task=primary,
         eval_tasks=list(r.eval_tasks),
         model=cfg.model.name,
         params=params,
@@ -333,13 +328,6 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         wall_s=round(wall, 1),
         tags=dict(cfg.tracking.tags),
         budget={"samples": cfg.rl.budget_samples, "tokens": cfg.rl.budget_tokens},
-        base=strip(base[primary]),
-        final=strip(final[primary]),
-        delta_pass_at_1=paired_delta(base[primary]["per_problem_pass_at_1"], final[primary]["per_problem_pass_at_1"]),
-        history=[
-            EvalPoint(h["step"], h["samples"], h["tokens"], {t: strip(res) for t, res in h["eval"].items()})
-            for h in module.eval_history
-        ],
         credit_probe=probe,
     )
     if cfg.tracking.sweep and trainer.is_global_zero:  # before the MLflow run is marked finished: a finished run has it
@@ -393,15 +381,3 @@ def decoder_layer_classes(model_name: str) -> set[type]:
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING[config_class]
     module = sys.modules[model_class.__module__]
     return {getattr(module, name) for name in model_class._no_split_modules}
-
-
-def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:
-    """Mean per-problem change of pass@1 and its paired standard error (same problems before and
-    after, so the per-problem difference's spread is the right noise estimate)."""
-    import numpy as np
-
-    from bench.engine.metrics import standard_error
-
-    d = np.asarray(after) - np.asarray(before)
-    se = standard_error(d)
-    return {"delta": float(d.mean()), "se": se, "z": float(d.mean() / se) if se > 0 else float("nan")}

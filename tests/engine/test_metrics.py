@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.engine.metrics import PassAtK, metric_key, pass_at_k, standard_error
+from bench.engine.metrics import PassAtK, eval_summary, metric_key, pass_at_k, standard_error
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
@@ -67,3 +67,20 @@ def test_pass_at_1_is_always_reported():
     m.update(torch.tensor([[1, 0], [0, 0]], dtype=torch.bool))
     out = m.compute()
     assert out["pass_at_1"] == pytest.approx(0.25) and out["pass_at_2"] == pytest.approx(0.5)
+
+
+def test_eval_summary_by_hand():
+    """Two problems, n = 3: [1, 0, 0] and [1, 1, 0], completions of 4, 6, 2 and 8, 6, 10 tokens, the
+    last truncated, flexible verdicts [1, 1, 0, 1, 1, 0]. pass@1 = (1/3 + 2/3) / 2 = 0.5; mean
+    length 36 / 6 = 6; 3 correct completions, so 36 / 3 = 12 tokens per correct one (the count of
+    correct completions, not pass@1 x problems x n); truncated 1/6; flexible 4/6. None correct: nan."""
+    m = PassAtK(ks=[2])
+    m.update(torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool))
+    out = eval_summary(m, [4, 6, 2, 8, 6, 10], [False] * 5 + [True], [True, True, False, True, True, False])
+    assert out["pass_at_1"] == pytest.approx(0.5) and out["num_problems"] == 2
+    assert out["mean_length"] == 6.0 and out["tokens_per_correct"] == 12.0
+    assert out["truncated_frac"] == pytest.approx(1 / 6) and out["flexible_avg_at_n"] == pytest.approx(4 / 6)
+    assert list(out)[-4:] == ["mean_length", "truncated_frac", "flexible_avg_at_n", "tokens_per_correct"]
+    none = PassAtK(ks=[1])
+    none.update(torch.zeros(1, 2, dtype=torch.bool))
+    assert math.isnan(eval_summary(none, [3, 5], [False, False], [False, False])["tokens_per_correct"])

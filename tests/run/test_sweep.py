@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_sweep import SPEC
 
 from bench.errors import CreditBenchError
 from bench.run.sweep import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
-
-from tiny_sweep import SPEC
 
 
 def write_spec(tmp_path: Path, **changes) -> Path:
