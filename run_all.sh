@@ -4,21 +4,22 @@
 #   ./run_all.sh           results/sweeps/embedded.yaml: every method x tiny-500k, tiny-2m x seeds 0, 1
 #   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace, tiny-500k, two seeds (minutes)
 #   ./run_all.sh SPEC.yaml any sweep spec
-# Runs go two at a time (one core each). Every run starts from the warm-started base checkpoint of its
-# size (built once, cached in .creditbench/cache), is an MLflow run in ./mlflow.db under the sweep's
-# parent run, and writes results/<sweep>/runs/<run>.json. A stopped sweep started again skips the
-# finished runs. The report: results/<sweep>/summary.md (mean and 95% interval over seeds, paired
-# difference to GRPO), summary.csv, report.json and the figures (*.png).
+# JOBS=N runs N at a time (default 2, one core each); MLFLOW_TRACKING_URI names another store
+# (default ./mlflow.db). Every run starts from the warm-started base checkpoint of its size (built
+# once, cached in .creditbench/cache), is an MLflow run under the sweep's parent run, and writes
+# results/<sweep>/runs/<run>.json. A stopped sweep started again skips the finished runs. The
+# report: results/<sweep>/summary.md (mean and 95% interval over seeds, paired difference to GRPO),
+# summary.csv, report.json and the figures (*.png). Step by step: docs/recipes/run-the-benchmark.md.
 set -euo pipefail
 cd "$(dirname "$0")"
-source bench/bootstrap.sh
 
 case "${1:-}" in
   --quick) SPEC=results/sweeps/embedded-quick.yaml ;;
   "") SPEC=results/sweeps/embedded.yaml ;;
-  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;  # before the environment: help installs nothing
   *) SPEC=$1 ;;
 esac
+source bench/bootstrap.sh
 JOBS=${JOBS:-2}
 export MLFLOW_TRACKING_URI="${MLFLOW_TRACKING_URI:-sqlite:///$PWD/mlflow.db}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1

@@ -1,6 +1,6 @@
 """How tests/test_docs.py runs a recipe of docs/recipes/: in a copy of the repository, every ```bash
 block in order as one shell script (so `source`, `cd` and exports carry over, as in a reader's
-terminal), with the inputs shrunk so the whole recipe takes seconds instead of hours.
+terminal), with the inputs shrunk so that a recipe takes a minute or two instead of hours.
 
 What the copy changes, and nothing else (the commands themselves run verbatim):
 
@@ -11,7 +11,7 @@ What the copy changes, and nothing else (the commands themselves run verbatim):
    model, one RL step of 2 prompts x G=4, a few eval problems, 16 new tokens, one process, fp32
    with HF generation. The arithmetic task takes tests/tiny_sweep.py's easy options and short
    warm-start, so every recipe shares one cached warm-start with the sweep tests.
-3. A Hub model (which this machine cannot download) is replaced by a randomly initialised tiny
+3. A Hub model (the tests run offline) is replaced by a randomly initialised tiny
    Qwen3 under the model's own name (a link ``.../Qwen3-1.7B``): the paper table then matches the
    measured row to the paper's model exactly as it matches the real one. The Hub benchmarks'
    data comes from the local copy ($CREDITBENCH_DATA).
@@ -110,9 +110,9 @@ def tiny_policy(path: Path) -> Path:
 
 def stand_in(root: Path, hub_id: str) -> str:
     """``<root>/.creditbench/stand-ins/<last part of hub_id>``: a link to the tiny policy that
-    $DOCS_STAND_IN names (tests/test_docs.py builds it once per session), else to one built here."""
+    $DOCS_STAND_IN names (tests/test_docs.py builds it once per test run), else to one built here."""
     path = root / ".creditbench" / "stand-ins" / hub_id.rstrip("/").split("/")[-1]
-    if not path.exists():
+    if not path.is_symlink():
         tiny = os.environ.get("DOCS_STAND_IN") or str(tiny_policy(path.parent / ".tiny-500k"))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.symlink_to(tiny, target_is_directory=True)
@@ -128,7 +128,7 @@ def shrink_spec(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     keep = [m for m in methods if label[id(m)] == spec.get("baseline", "grpo")][:1]
     if not keep and "all" in methods:  # the baseline is one of every registered method
         keep = [spec.get("baseline", "grpo")]
-    out["methods"] = keep + [m for m in methods[-1:] if m not in keep]
+    out["methods"] = keep + [m for m in [m for m in methods if m != "all"][-1:] if m not in keep]
     model = spec["models"][0]
     name = model if isinstance(model, str) else model["name"]
     out["models"] = [name if name.startswith("tiny-") or name.startswith("/") else stand_in(root, name)]
