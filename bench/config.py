@@ -11,7 +11,6 @@ from typing import Any, Literal
 from bench.core import check
 
 
-
 @dataclass(frozen=True)
 class SamplingConfig:
     temperature: float = 1.0
@@ -150,8 +149,10 @@ class EvalConfig:
     """More tasks evaluated at every eval point (their eval splits), after the training task's own."""
 
     def __post_init__(self) -> None:
-        self.tasks = [t if isinstance(t, TaskSpec) else TaskSpec(**t) if isinstance(t, dict) else TaskSpec(str(t))
-                      for t in self.tasks]
+        self.tasks = [
+            t if isinstance(t, TaskSpec) else TaskSpec(**t) if isinstance(t, dict) else TaskSpec(str(t))
+            for t in self.tasks
+        ]
         check(self.every >= 1, f"eval.every must be >= 1, got {self.every}")
         check(self.n >= 1, f"eval.n must be >= 1, got {self.n}")
         check(len(self.k) > 0, "eval.k must list at least one k")
@@ -245,8 +246,10 @@ class RolloutConfig:
     """Log the train/inference mismatch: vLLM's sampled-token log-probs against the trainer's."""
 
     def __post_init__(self) -> None:
-        check(0 < self.gpu_memory_utilization < 1,
-              f"rollout.gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization}")
+        check(
+            0 < self.gpu_memory_utilization < 1,
+            f"rollout.gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization}",
+        )
         check(self.kv_cache_gb > 0, f"rollout.kv_cache_gb must be > 0, got {self.kv_cache_gb}")
         check(self.max_model_len >= 0, f"rollout.max_model_len must be >= 0, got {self.max_model_len}")
 

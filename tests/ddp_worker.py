@@ -25,13 +25,18 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from bench.config import EvalConfig, RLConfig, RunConfig  # noqa: E402
+from bench.config import (  # noqa: E402
+    EvalConfig,
+    RLConfig,
+    RunConfig,
+    SamplingConfig,  # noqa: E402
+)
 from bench.core import Outcome, RolloutBatch  # noqa: E402
 from bench.distributed import gather_objects, mean_over_processes, rank  # noqa: E402
-from bench.engine.module import PromptDataModule, RLVRModule  # noqa: E402
+from bench.engine.data import PromptDataModule  # noqa: E402
+from bench.engine.module import RLVRModule  # noqa: E402
 from bench.engine.policy import build_tiny, char_tokenizer  # noqa: E402
 from bench.registry import METHODS, TASKS  # noqa: E402
-from bench.config import SamplingConfig  # noqa: E402
 from bench.run.train import make_strategy  # noqa: E402
 from methods.grpo import GRPO, GRPOConfig  # noqa: E402
 
@@ -70,9 +75,15 @@ def global_batch(tokenizer) -> RolloutBatch:
     correct = torch.rand(B, generator=g) < 0.5
     correct[0::G], correct[1::G] = True, False  # every group mixed
     return RolloutBatch(
-        prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
-        completion_mask=completion_mask, group_ids=torch.arange(GROUPS).repeat_interleave(G),
-        rewards=correct.float(), correct=correct, truncated=truncated, max_new_tokens=T,
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        group_ids=torch.arange(GROUPS).repeat_interleave(G),
+        rewards=correct.float(),
+        correct=correct,
+        truncated=truncated,
+        max_new_tokens=T,
     )
 
 
@@ -103,9 +114,17 @@ def trainer(devices: int, **kwargs) -> L.Trainer:
     cfg = RunConfig()
     cfg.trainer.accelerator, cfg.trainer.devices = "cpu", devices
     cfg.trainer.strategy = "ddp" if devices > 1 else "auto"
-    return L.Trainer(accelerator="cpu", devices=devices, strategy=make_strategy(cfg), logger=False,
-                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                     use_distributed_sampler=False, **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy=make_strategy(cfg),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        **kwargs,
+    )
 
 
 def update_case(case: str, devices: int, policy=None) -> dict:
@@ -121,8 +140,9 @@ def update_case(case: str, devices: int, policy=None) -> dict:
     # a reference unlike the policy, so that the KL term has a gradient
     ref = build_tiny("tiny-500k", seed=1)[0] if method.config.kl_coef > 0 else None
     rl = RLConfig(prompts_per_step=GROUPS, group_size=G, lr=1e-3, grad_clip=0.0)
-    module = FixedBatchUpdate(policy, tok, method, TASKS.get("arithmetic")(), "arithmetic", rl, EvalConfig(),
-                              ref_policy=ref, shares=shares)
+    module = FixedBatchUpdate(
+        policy, tok, method, TASKS.get("arithmetic")(), "arithmetic", rl, EvalConfig(), ref_policy=ref, shares=shares
+    )
     trainer(devices, max_steps=1).fit(module, train_dataloaders=DataLoader([0], collate_fn=lambda rows: rows))
     return module.result
 
@@ -176,21 +196,49 @@ def train(out: Path, devices: int) -> None:
             if w.dim() == 2:
                 w.mul_(5.0)
     task = HasDigit()
-    rl = RLConfig(steps=4, prompts_per_step=4, group_size=4, ppo_epochs=2, minibatches=2, lr=1e-3,
-                  budget_samples=32, sampling=SamplingConfig(max_new_tokens=8))
-    ev = EvalConfig(every=100, n=1, k=[1], num_problems=7, batch_problems=1,  # 1: no padding, any split scores alike
-                    sampling=SamplingConfig(temperature=0.0, max_new_tokens=8))
+    rl = RLConfig(
+        steps=4,
+        prompts_per_step=4,
+        group_size=4,
+        ppo_epochs=2,
+        minibatches=2,
+        lr=1e-3,
+        budget_samples=32,
+        sampling=SamplingConfig(max_new_tokens=8),
+    )
+    ev = EvalConfig(
+        every=100,
+        n=1,
+        k=[1],
+        num_problems=7,
+        batch_problems=1,  # 1: no padding, any split scores alike
+        sampling=SamplingConfig(temperature=0.0, max_new_tokens=8),
+    )
     module = RLVRModule(policy, tok, EveryTokenUp(GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, ev)
     data = PromptDataModule(task, rl.prompts_per_step, ev, seed=0)
     record = Record()
-    t = trainer(devices, max_steps=rl.steps * rl.ppo_epochs * rl.minibatches, max_epochs=-1, callbacks=[record],
-                num_sanity_val_steps=0)
+    t = trainer(
+        devices,
+        max_steps=rl.steps * rl.ppo_epochs * rl.minibatches,
+        max_epochs=-1,
+        callbacks=[record],
+        num_sanity_val_steps=0,
+    )
     t.validate(module, datamodule=data, verbose=False)
     t.fit(module, datamodule=data)
     weights = torch.cat([p.detach().flatten() for p in policy.parameters()])
-    seen = gather_objects({"prompts": record.prompts, "seed": record.seed, "weights": weights,
-                           "rl_step": module.rl_step, "samples": module.samples, "tokens": module.tokens,
-                           "global_step": t.global_step, "eval": module.eval_history})
+    seen = gather_objects(
+        {
+            "prompts": record.prompts,
+            "seed": record.seed,
+            "weights": weights,
+            "rl_step": module.rl_step,
+            "samples": module.samples,
+            "tokens": module.tokens,
+            "global_step": t.global_step,
+            "eval": module.eval_history,
+        }
+    )
     if rank() == 0:
         torch.save(seen, out)
 

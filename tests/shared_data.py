@@ -16,8 +16,9 @@ def _candidates() -> list[Path]:
     found = [Path(os.environ["CREDITBENCH_DATA"])] if os.environ.get("CREDITBENCH_DATA") else []
     found.append(ROOT.parent / "shared" / "data")
     try:
-        origin = subprocess.run(["git", "config", "--get", "remote.origin.url"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=5).stdout.strip()
+        origin = subprocess.run(
+            ["git", "config", "--get", "remote.origin.url"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         origin = ""
     if origin and "://" not in origin and Path(origin).is_dir():  # a clone of a local checkout
@@ -27,5 +28,6 @@ def _candidates() -> list[Path]:
 
 CANDIDATES = _candidates()
 DATA = next((p for p in CANDIDATES if (p / "SOURCES.md").is_file()), CANDIDATES[0])
-needs_data = pytest.mark.skipif(not (DATA / "SOURCES.md").is_file(),
-                                reason=f"benchmark files not found at {', '.join(map(str, CANDIDATES))}")
+needs_data = pytest.mark.skipif(
+    not (DATA / "SOURCES.md").is_file(), reason=f"benchmark files not found at {', '.join(map(str, CANDIDATES))}"
+)

@@ -88,7 +88,9 @@ def test_paper_sweep_model_overrides_reach_their_runs_only():
     by_model = {r.cfg.model.name: r.cfg for r in sweep.runs}
     assert by_model["Qwen/Qwen3-8B"].trainer.strategy == "fsdp" and by_model["Qwen/Qwen3-8B"].trainer.devices == 8
     assert by_model["Qwen/Qwen3-8B"].rollout.engine == "hf"
-    assert by_model["Qwen/Qwen3-1.7B"].trainer.strategy == "auto" and by_model["Qwen/Qwen3-1.7B"].rollout.engine == "vllm"
+    assert (
+        by_model["Qwen/Qwen3-1.7B"].trainer.strategy == "auto" and by_model["Qwen/Qwen3-1.7B"].rollout.engine == "vllm"
+    )
     assert all(c.model.gradient_checkpointing for c in by_model.values())
 
 
@@ -119,12 +121,21 @@ def test_unknown_architecture_names_the_known_ones():
 def test_random_checkpoint_loads_through_from_pretrained_and_generates(tmp_path):
     """A cut-down copy of the Qwen3-1.7B architecture (full vocabulary, 1 layer) saved at random init
     loads with the ordinary loading path and samples decodable text: what a GPU throughput run uses."""
-    from bench.engine.policy import load_policy
     from bench.config import SamplingConfig
+    from bench.engine.policy import load_policy
     from bench.engine.rollout import HFRolloutEngine
 
-    random_checkpoint("Qwen/Qwen3-1.7B", tmp_path, dtype="float32", num_hidden_layers=1, hidden_size=64,
-                      intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    random_checkpoint(
+        "Qwen/Qwen3-1.7B",
+        tmp_path,
+        dtype="float32",
+        num_hidden_layers=1,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+    )
     model, tok = load_policy(tmp_path)
     assert model.config.vocab_size == 151936 == len(tok)
     gen = HFRolloutEngine(model, tok).generate(["1+1="], 2, SamplingConfig(max_new_tokens=8))
@@ -141,11 +152,40 @@ def test_bench_scale_runs_real_steps_on_a_cut_down_architecture(tmp_path):
 
     out = tmp_path / "scale.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.perf.scale", "--engines", "hf", "--steps", "2", "--prompts", "2",
-         "--group-size", "2", "--new-tokens", "8", "--minibatches", "1", "--device", "cpu", "--out", str(out),
-         "--shrink", "num_hidden_layers=1", "hidden_size=64", "intermediate_size=128", "num_attention_heads=2",
-         "num_key_value_heads=1", "head_dim=32", "vocab_size=512"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "bench.perf.scale",
+            "--engines",
+            "hf",
+            "--steps",
+            "2",
+            "--prompts",
+            "2",
+            "--group-size",
+            "2",
+            "--new-tokens",
+            "8",
+            "--minibatches",
+            "1",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--shrink",
+            "num_hidden_layers=1",
+            "hidden_size=64",
+            "intermediate_size=128",
+            "num_attention_heads=2",
+            "num_key_value_heads=1",
+            "head_dim=32",
+            "vocab_size=512",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     assert [r["engine"] for r in rows] == ["hf"]

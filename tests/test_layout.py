@@ -16,8 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bench", "tasks", "methods")
-API = {"bench", "bench.core", "bench.registry", "bench.errors", "bench.numerics", "bench.distributed",
-       "bench.config", "bench.tasks_base"}
+API = {
+    "bench",
+    "bench.core",
+    "bench.registry",
+    "bench.errors",
+    "bench.numerics",
+    "bench.distributed",
+    "bench.config",
+    "bench.tasks_base",
+}
 LAYERS = ["api", "bench.engine", "bench.run", "bench.report", "bench.perf", "bench.cli"]
 MAX_LINES = 400
 
@@ -72,16 +80,33 @@ def test_the_graph_sees_the_layers():
     assert "bench.core" in GRAPH["bench.engine.module"]
     assert any(m.startswith("bench.run.") for m in GRAPH["bench.cli"])
     assert "bench.registry" in GRAPH["methods.grpo"]
-    assert {layer(m) for m in GRAPH} >= {"api", "bench.engine", "bench.run", "bench.report", "bench.perf", "tasks",
-                                         "methods"}
+    assert {layer(m) for m in GRAPH} >= {
+        "api",
+        "bench.engine",
+        "bench.run",
+        "bench.report",
+        "bench.perf",
+        "tasks",
+        "methods",
+    }
 
 
 @pytest.mark.parametrize("pkg", ["tasks", "methods"])
 def test_plugins_use_only_the_api(pkg):
-    bad = {f"{m} -> {t}" for m, deps in GRAPH.items() if m.split(".")[0] == pkg
-           for t in deps if t.split(".")[0] == "bench" and t not in API}
-    other = {f"{m} -> {t}" for m, deps in GRAPH.items() if m.split(".")[0] == pkg
-             for t in deps if t.split(".")[0] in PACKAGES and t.split(".")[0] not in ("bench", pkg)}
+    bad = {
+        f"{m} -> {t}"
+        for m, deps in GRAPH.items()
+        if m.split(".")[0] == pkg
+        for t in deps
+        if t.split(".")[0] == "bench" and t not in API
+    }
+    other = {
+        f"{m} -> {t}"
+        for m, deps in GRAPH.items()
+        if m.split(".")[0] == pkg
+        for t in deps
+        if t.split(".")[0] in PACKAGES and t.split(".")[0] not in ("bench", pkg)
+    }
     assert not bad, f"{pkg}/ may import only bench's plug-in API ({', '.join(sorted(API))}): {sorted(bad)}"
     assert not other, f"{pkg}/ imports the other plug-in package: {sorted(other)}"
 
@@ -137,6 +162,9 @@ def test_no_import_circles():
 
 def test_files_stay_small():
     """No source file over ~400 lines: a longer one is doing more than one job."""
-    long = {str(p.relative_to(ROOT)): n for p in [*modules().values(), *(ROOT / "tests").rglob("*.py")]
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in [*modules().values(), *(ROOT / "tests").rglob("*.py")]
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"files over {MAX_LINES} lines: {long}"

@@ -12,10 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("args", [["check", "--output-format", "concise"], ["format", "--check"]],
-                         ids=["lint", "format"])
+@pytest.mark.parametrize(
+    "args", [["check", "--output-format", "concise"], ["format", "--check"]], ids=["lint", "format"]
+)
 def test_ruff(args):
-    proc = subprocess.run([sys.executable, "-m", "ruff", *args, "."], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, f"ruff {' '.join(args)} (fix with: ruff check --fix . && ruff format .):\n" + (
-        proc.stdout + proc.stderr)[-4000:]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "."], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, (
+        f"ruff {' '.join(args)} (fix with: ruff check --fix . && ruff format .):\n"
+        + (proc.stdout + proc.stderr)[-4000:]
+    )

@@ -59,7 +59,8 @@ def test_token_logprobs_and_entropy():
     assert ent[0, 0] == pytest.approx(torch.log(torch.tensor(4.0)).item())
     # temperature scales logits before the softmax
     assert token_logprobs(logits, torch.tensor([[0, 0]]), temperature=2.0)[0, 1] == pytest.approx(
-        1.0 - torch.logsumexp(torch.tensor([1.0, 0, 0, 0]), 0).item())
+        1.0 - torch.logsumexp(torch.tensor([1.0, 0, 0, 0]), 0).item()
+    )
 
 
 def test_masked_mean_empty_mask_is_zero():

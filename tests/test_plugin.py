@@ -17,9 +17,24 @@ def plugin_env(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
     source = tmp_path_factory.mktemp("src") / "plugin"
     shutil.copytree(ROOT / "examples" / "plugin", source)  # building writes build/ next to the sources
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--target", str(target), str(source)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert list(target.glob("creditbench_example_plugin-*.dist-info/entry_points.txt"))
     import os
 
@@ -33,11 +48,21 @@ def _run(env, *argv, **kw):
 def test_plugin_is_listed_and_passes_the_contract_tests(plugin_env):
     out = _run(plugin_env, "-c", "from bench.cli import main; raise SystemExit(main(['methods']))")
     assert out.returncode == 0 and "late_credit" in out.stdout and "example plug-in" in out.stdout
-    res = _run(plugin_env, "-m", "pytest", "tests/methods/test_contract.py", "-q", "-p", "no:cacheprovider",
-               "-k", "late_credit")
+    res = _run(
+        plugin_env,
+        "-m",
+        "pytest",
+        "tests/methods/test_contract.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "late_credit",
+    )
     assert res.returncode == 0, res.stdout[-2000:]
-    n_tests = sum(1 for line in (ROOT / "tests/methods/test_contract.py").read_text().splitlines()
-                  if line.startswith("def test_"))
+    n_tests = sum(
+        1 for line in (ROOT / "tests/methods/test_contract.py").read_text().splitlines() if line.startswith("def test_")
+    )
     assert f"{n_tests} passed" in res.stdout, res.stdout[-500:]
 
 
@@ -48,12 +73,40 @@ def test_plugin_trains_and_lands_in_mlflow(plugin_env, tmp_path):
     model.save_pretrained(tmp_path / "policy")
     tok.save_pretrained(tmp_path / "policy")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    res = _run(plugin_env, "-c", "from bench.cli import main; raise SystemExit(main())", "train",
-               "--model.name", str(tmp_path / "policy"), "--method.name", "late_credit",
-               "--method.options", "{slope: 0.5}", "--task.options", "{train_size: 500}",
-               "--rl.steps", "2", "--rl.prompts_per_step", "2", "--rl.group_size", "2",
-               "--rl.sampling.max_new_tokens", "8", "--eval.num_problems", "4", "--eval.n", "2", "--eval.k", "[1, 2]",
-               "--eval.sampling.max_new_tokens", "8", "--tracking.uri", uri, "--no-progress", timeout=600)
+    res = _run(
+        plugin_env,
+        "-c",
+        "from bench.cli import main; raise SystemExit(main())",
+        "train",
+        "--model.name",
+        str(tmp_path / "policy"),
+        "--method.name",
+        "late_credit",
+        "--method.options",
+        "{slope: 0.5}",
+        "--task.options",
+        "{train_size: 500}",
+        "--rl.steps",
+        "2",
+        "--rl.prompts_per_step",
+        "2",
+        "--rl.group_size",
+        "2",
+        "--rl.sampling.max_new_tokens",
+        "8",
+        "--eval.num_problems",
+        "4",
+        "--eval.n",
+        "2",
+        "--eval.k",
+        "[1, 2]",
+        "--eval.sampling.max_new_tokens",
+        "8",
+        "--tracking.uri",
+        uri,
+        "--no-progress",
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     import mlflow
 

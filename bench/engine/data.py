@@ -8,9 +8,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.config import EvalConfig
+from bench.core import Task
 from bench.distributed import rank, world_size
 from bench.errors import CreditBenchError
-from bench.tasks_base import Task
 
 
 def _rows(batch: list[dict]) -> list[dict]:

@@ -25,21 +25,16 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 
 from bench.config import EvalConfig, RLConfig
-from bench.core import Method, RolloutBatch
+from bench.core import Method, RolloutBatch, Task
 from bench.distributed import all_sum, gather_objects, mean_over_processes, rank, world_size
 from bench.engine import step
 from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_states, trainable_state
-from bench.engine.data import PromptBatches, PromptDataModule
 from bench.engine.metrics import EvalEpoch, metric_key
 from bench.engine.policy import Scores
 from bench.engine.probe import credit_map, find_probe, probe_from_state, probe_state
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, reward_stats, train_rollouts
-from bench.engine.step import REFERENCE_NEEDS, SkippedUpdates
-from bench.tasks_base import Task
-
-# REFERENCE_NEEDS and the data classes are imported from here by the runner
-__all__ = ["REFERENCE_NEEDS", "PromptBatches", "PromptDataModule", "RLVRModule"]
+from bench.engine.step import SkippedUpdates
 
 
 class RLVRModule(L.LightningModule):

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from bench.config import RLConfig, SamplingConfig
-from bench.core import Method, RolloutBatch
+from bench.core import Method, RolloutBatch, Task
 from bench.distributed import world_size
 from bench.engine.rollout import RolloutEngine, completion_mask
-from bench.tasks_base import Task
 
 
 class RolloutSampler:

@@ -23,7 +23,8 @@ import torch
 from lightning.pytorch.loggers import Logger
 
 from bench.config import EvalConfig, RLConfig
-from bench.engine.module import PromptDataModule, RLVRModule
+from bench.engine.data import PromptDataModule
+from bench.engine.module import RLVRModule
 from bench.engine.policy import build_tiny, num_parameters, score
 from bench.numerics import aggregate
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs

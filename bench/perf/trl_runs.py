@@ -52,7 +52,8 @@ def measure_creditbench(model_dir: str, steps: int, warmup: int, settings: dict 
     import torch
 
     from bench.config import EvalConfig, RLConfig, SamplingConfig
-    from bench.engine.module import PromptDataModule, RLVRModule
+    from bench.engine.data import PromptDataModule
+    from bench.engine.module import RLVRModule
     from bench.engine.policy import enable_gradient_checkpointing, load_policy
     from bench.perf.step import MemoryLogger
     from bench.registry import METHODS

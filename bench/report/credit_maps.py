@@ -14,8 +14,14 @@ import math
 import os
 from pathlib import Path
 
-COLUMNS = ["credit/gini", "credit/effective_token_ratio", "credit/nonzero_frac", "credit/mass_early",
-           "credit/mass_middle", "credit/mass_late"]
+COLUMNS = [
+    "credit/gini",
+    "credit/effective_token_ratio",
+    "credit/nonzero_frac",
+    "credit/mass_early",
+    "credit/mass_middle",
+    "credit/mass_late",
+]
 
 
 def rows(uri: str, sweep: str, experiment: str = "creditbench") -> list[dict]:
@@ -33,8 +39,14 @@ def rows(uri: str, sweep: str, experiment: str = "creditbench") -> list[dict]:
         task = tags.get("task", "")
         evals = client.get_metric_history(rid, f"eval/{task}/pass_at_1")
         evals.sort(key=lambda m: m.step)
-        row = {"run": tags.get("mlflow.runName", rid), "method": tags.get("method"), "lora": tags.get("lora_rank", "0"),
-               "base": evals[0].value, "final": evals[-1].value, "samples": run.data.metrics.get("train/samples")}
+        row = {
+            "run": tags.get("mlflow.runName", rid),
+            "method": tags.get("method"),
+            "lora": tags.get("lora_rank", "0"),
+            "base": evals[0].value,
+            "final": evals[-1].value,
+            "samples": run.data.metrics.get("train/samples"),
+        }
         for key in COLUMNS:
             hist = [m.value for m in client.get_metric_history(rid, key)]
             row[key] = abs(sum(hist) / len(hist)) if hist else float("nan")  # all >= 0; abs drops a rounding -0
@@ -49,15 +61,18 @@ def rows(uri: str, sweep: str, experiment: str = "creditbench") -> list[dict]:
 
 
 def table(rs: list[dict]) -> str:
-    lines = ["| run | method | LoRA r | pass@1 base -> final | samples | steps (non-finite) | max grad norm | "
-             "Gini | eff. token ratio | nonzero | mass early / mid / late |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | method | LoRA r | pass@1 base -> final | samples | steps (non-finite) | max grad norm | "
+        "Gini | eff. token ratio | nonzero | mass early / mid / late |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rs:
         lines.append(
             f"| {r['run']} | {r['method']} | {r['lora']} | {r['base']:.3f} -> {r['final']:.3f} | {r['samples']:.0f} | "
             f"{r['steps']} ({r['nonfinite']}) | {r['max_grad_norm']:.2f} | {r['credit/gini']:.3f} | "
             f"{r['credit/effective_token_ratio']:.3f} | {r['credit/nonzero_frac']:.3f} | "
-            f"{r['credit/mass_early']:.2f} / {r['credit/mass_middle']:.2f} / {r['credit/mass_late']:.2f} |")
+            f"{r['credit/mass_early']:.2f} / {r['credit/mass_middle']:.2f} / {r['credit/mass_late']:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -20,8 +20,12 @@ def train_parser():
 
     from bench.config import RunConfig
 
-    p = ArgumentParser(prog="creditbench train", description="Train one policy with one method on one task.",
-                       exit_on_error=False, default_env=False)
+    p = ArgumentParser(
+        prog="creditbench train",
+        description="Train one policy with one method on one task.",
+        exit_on_error=False,
+        default_env=False,
+    )
     p.add_argument("--config", action="config", help="a run YAML file (see results/configs/)")
     p.add_argument("--no-progress", action="store_true", help="hide Lightning's progress bars")
     p.add_class_arguments(RunConfig, None)
@@ -40,7 +44,9 @@ def config_error(e: BaseException) -> str:
     import re
 
     text = first_line(e)
-    found = (re.search(r"unrecognized arguments: --([\w.]+)", text) or re.search(r"Option '([\w.]+)' is not accepted", text))
+    found = re.search(r"unrecognized arguments: --([\w.]+)", text) or re.search(
+        r"Option '([\w.]+)' is not accepted", text
+    )
     group = re.search(r"Group '([\w.]+)' does not accept option '(\w+)'", text)
     key = f"{group[1]}.{group[2]}" if group else found[1] if found else None
     if key:
@@ -64,7 +70,9 @@ def unknown_setting(key: str) -> str | None:
         fields = [f.name for f in dataclasses.fields(cls)]
         if part not in fields:
             prefix = ".".join(done)
-            return str(did_you_mean("setting", ".".join([*done, part]), [f"{prefix}.{n}" if prefix else n for n in fields]))
+            return str(
+                did_you_mean("setting", ".".join([*done, part]), [f"{prefix}.{n}" if prefix else n for n in fields])
+            )
         done.append(part)
         cls = typing.get_type_hints(cls).get(part)
         if not dataclasses.is_dataclass(cls):

@@ -92,8 +92,8 @@ def _task_options(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    from bench.core import code_execution_allowed, code_execution_refused
     from bench.registry import TASKS
-    from bench.tasks_base import code_execution_allowed, code_execution_refused
 
     a = parser().parse_args(argv)
     try:

@@ -76,9 +76,11 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     """Build everything of a run short of its weights (see the module docstring) and estimate its
     memory per process. ``gpu_gb`` sizes vLLM's share (rollout.gpu_memory_utilization of a GPU);
     ``load_data=False`` skips reading the tasks' data (when another run of the same tasks did)."""
-    from bench.engine.module import REFERENCE_NEEDS, PromptDataModule, RLVRModule
+    from bench.engine.data import PromptDataModule
+    from bench.engine.module import RLVRModule
     from bench.engine.policy import add_lora, enable_gradient_checkpointing, num_parameters
     from bench.engine.rollout import HFRolloutEngine
+    from bench.engine.step import REFERENCE_NEEDS
     from bench.run.train import make_strategy, resolve
 
     r = resolve(cfg)

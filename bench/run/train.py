@@ -16,10 +16,9 @@ from typing import Any
 import yaml
 
 from bench.config import RunConfig
-from bench.core import Method, build_config, check
+from bench.core import Method, Task, build_config, check
 from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
-from bench.tasks_base import Task
 
 
 @dataclass
@@ -59,7 +58,7 @@ def resolve(cfg: RunConfig) -> Resolved:
         )
     for name, t in eval_tasks.items():
         if t.executes_code:
-            from bench.tasks_base import code_execution_allowed, code_execution_refused
+            from bench.core import code_execution_allowed, code_execution_refused
 
             if not code_execution_allowed(cfg.allow_code_execution):
                 raise CreditBenchError(code_execution_refused(name))
@@ -142,8 +141,9 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     import torch
 
     from bench.engine.checkpoint import MetricSink, RunCheckpoint
+    from bench.engine.data import PromptDataModule
     from bench.engine.engines import make_engine
-    from bench.engine.module import REFERENCE_NEEDS, PromptDataModule, RLVRModule
+    from bench.engine.module import RLVRModule
     from bench.engine.policy import (
         TINY_SIZES,
         add_lora,
@@ -151,6 +151,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         load_policy,
         num_parameters,
     )
+    from bench.engine.step import REFERENCE_NEEDS
     from bench.run.result import RunResult
     from bench.run.tracking import check_tracking_uri, flatten, git_commit, log_config, log_dict, make_logger
     from bench.run.warmstart import base_checkpoint
@@ -298,8 +299,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         if module.eval_history[-1]["step"] != module.rl_step:
             trainer.validate(module, datamodule=data, verbose=False)
         probe = module.credit_probe()
-        if hasattr(module.engine, "close"):  # vLLM: free its memory and process state before the next run
-            module.engine.close()
+        module.engine.close()  # vLLM: free its memory and process state before the next run
         wall = module.wall_before + time.perf_counter() - t_start
         sink.log({"time/wall_s": wall}, step=module.rl_step)
     except BaseException:  # what was measured still reaches MLflow (a resumed run skips the steps it has)

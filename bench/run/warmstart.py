@@ -18,10 +18,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.config import SamplingConfig, WarmStartConfig
+from bench.core import Task
 from bench.engine.policy import build_tiny, num_parameters
 from bench.engine.rollout import HFRolloutEngine
 from bench.errors import CreditBenchError
-from bench.tasks_base import Task
 
 RECIPE_VERSION = "1"  # bump when a code change alters what the warm-start produces: it invalidates the cache
 CHECK_ROWS = 200  # held-out train rows used for the accuracy check (not trained on here)

@@ -27,7 +27,7 @@ class SweepStore:
     uri: str
     experiment: str
     sweep: str
-    parent: str          # the sweep's parent run's name
+    parent: str  # the sweep's parent run's name
     children: list[str]  # its child runs' names
 
 
@@ -48,8 +48,24 @@ def sweep_store(tmp_path) -> SweepStore:
     path.write_text(yaml.safe_dump(spec))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "CREDITBENCH_CACHE": str(tmp_path / "cache"), "MLFLOW_TRACKING_URI": uri}
-    p = subprocess.run([sys.executable, "-m", "bench.cli", "sweep", str(path), "--results-dir", str(tmp_path / "results"),
-                        "--uri", uri], capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2], timeout=900)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "sweep",
+            str(path),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--uri",
+            uri,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     children = [f"{m}-arithmetic-tiny-500k-seed0" for m in spec["methods"]]
     return SweepStore(uri, "creditbench", "uitest", "uitest", children)

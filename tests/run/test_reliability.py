@@ -21,12 +21,44 @@ ROOT = Path(__file__).resolve().parents[2]
 # a tiny run: tiny-500k quickly warm-started on one-step single-digit arithmetic (right about a third
 # of the time, so groups mix and the updates move the weights), 8 RL steps, evaluated at steps 0, 4
 # and 8, with a checkpoint every 2 steps
-ARGS = ["--model.name", "tiny-500k", "--task.options", "{num_operands: 2, low: 0, high: 9, eval_size: 20}",
-        "--warmstart.max_steps", "100", "--warmstart.check_every", "50", "--warmstart.batch_size", "32",
-        "--warmstart.target_accuracy", "0.2",
-        "--rl.steps", "8", "--rl.prompts_per_step", "4", "--rl.group_size", "4", "--rl.lr", "1e-3",
-        "--rl.sampling.max_new_tokens", "16", "--eval.every", "4", "--eval.num_problems", "8", "--eval.n", "2",
-        "--eval.k", "[1, 2]", "--rl.samples_to_log", "4", "--threads", "2", "--checkpoint.every", "2"]
+ARGS = [
+    "--model.name",
+    "tiny-500k",
+    "--task.options",
+    "{num_operands: 2, low: 0, high: 9, eval_size: 20}",
+    "--warmstart.max_steps",
+    "100",
+    "--warmstart.check_every",
+    "50",
+    "--warmstart.batch_size",
+    "32",
+    "--warmstart.target_accuracy",
+    "0.2",
+    "--rl.steps",
+    "8",
+    "--rl.prompts_per_step",
+    "4",
+    "--rl.group_size",
+    "4",
+    "--rl.lr",
+    "1e-3",
+    "--rl.sampling.max_new_tokens",
+    "16",
+    "--eval.every",
+    "4",
+    "--eval.num_problems",
+    "8",
+    "--eval.n",
+    "2",
+    "--eval.k",
+    "[1, 2]",
+    "--rl.samples_to_log",
+    "4",
+    "--threads",
+    "2",
+    "--checkpoint.every",
+    "2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +67,21 @@ def cache(warm_cache):
 
 
 def train_cmd(tmp: Path, cache: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "bench.cli", "train", *ARGS, "--tracking.uri", f"sqlite:///{tmp / 'mlflow.db'}",
-            "--tracking.cache_dir", cache, "--checkpoint.dir", str(tmp / "ckpt"), "--no-progress", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "bench.cli",
+        "train",
+        *ARGS,
+        "--tracking.uri",
+        f"sqlite:///{tmp / 'mlflow.db'}",
+        "--tracking.cache_dir",
+        cache,
+        "--checkpoint.dir",
+        str(tmp / "ckpt"),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def run_in_process(tmp: Path, cache: str, *extra: str) -> dict:
@@ -57,9 +102,13 @@ def runs(tmp: Path) -> dict:
     for exp in client.search_experiments():
         for run in client.search_runs([exp.experiment_id], "tags.kind = 'rl'"):  # not the warm-start's run
             rid = run.info.run_id
-            metrics = {k: [(m.step, m.value) for m in sorted(client.get_metric_history(rid, k),
-                                                             key=lambda m: (m.timestamp, m.step))]
-                       for k in run.data.metrics}
+            metrics = {
+                k: [
+                    (m.step, m.value)
+                    for m in sorted(client.get_metric_history(rid, k), key=lambda m: (m.timestamp, m.step))
+                ]
+                for k in run.data.metrics
+            }
             tables = {}
             for f in client.list_artifacts(rid, "completions"):
                 tables[f.path] = json.loads(Path(client.download_artifacts(rid, f.path, str(tmp / "dl"))).read_text())
@@ -76,7 +125,7 @@ def comparable(metrics: dict) -> dict:
 def reference(tmp_path_factory, cache):
     """An uninterrupted run, seed 0."""
     tmp = tmp_path_factory.mktemp("reference")
-    (status, metrics, tables), = run_in_process(tmp, cache).values()
+    ((status, metrics, tables),) = run_in_process(tmp, cache).values()
     assert status == "FINISHED"
     assert not (tmp / "ckpt").exists() or not any((tmp / "ckpt").iterdir())  # a finished run removes its checkpoint
     return metrics, tables
@@ -102,14 +151,14 @@ def test_a_run_killed_mid_training_resumes_to_the_same_metrics(tmp_path, cache, 
     saved_step = torch.load(ckpt, weights_only=False, map_location="cpu")["creditbench"]["rl_step"]
     assert 2 <= saved_step < 8
 
-    (status, metrics, _), = runs(tmp_path).values()
+    ((status, metrics, _),) = runs(tmp_path).values()
     assert status == "RUNNING"  # SIGKILL leaves no chance to record anything
     steps = {s for series in metrics.values() for s, _ in series}
     assert max(steps) <= saved_step  # nothing past the checkpoint reached MLflow
 
     out = subprocess.run(train_cmd(tmp_path, cache), cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    (status, metrics, tables), = runs(tmp_path).values()  # the same MLflow run, now finished
+    ((status, metrics, tables),) = runs(tmp_path).values()  # the same MLflow run, now finished
     assert status == "FINISHED"
     assert comparable(metrics) == comparable(ref_metrics)  # no step missing, none twice, the same values
     assert tables == ref_tables  # the eval completions too
@@ -118,10 +167,10 @@ def test_a_run_killed_mid_training_resumes_to_the_same_metrics(tmp_path, cache, 
 
 def test_same_seed_same_run_other_seed_another(tmp_path, cache, reference):
     ref_metrics, ref_tables = reference
-    (_, metrics, tables), = run_in_process(tmp_path / "again", cache, "--checkpoint.every", "0").values()
+    ((_, metrics, tables),) = run_in_process(tmp_path / "again", cache, "--checkpoint.every", "0").values()
     assert comparable(metrics) == comparable(ref_metrics)  # without checkpoints: logged at once, the same run
     assert tables == ref_tables
-    (_, other, other_tables), = run_in_process(tmp_path / "seed1", cache, "--seed", "1").values()
+    ((_, other, other_tables),) = run_in_process(tmp_path / "seed1", cache, "--seed", "1").values()
     assert other["train/reward"] != ref_metrics["train/reward"]
     assert other_tables != ref_tables
 
@@ -131,11 +180,12 @@ def test_the_data_order_is_a_function_of_seed_and_batch_index():
     after pass; a sampler started at batch i (a resumed run) yields exactly the rest of them."""
     from torch.utils.data import DataLoader
 
-    from bench.engine.module import PromptBatches
+    from bench.engine.data import PromptBatches
 
     for seed in (0, 3):
-        loader = DataLoader(range(53), batch_size=5, shuffle=True, drop_last=True,
-                            generator=torch.Generator().manual_seed(seed))
+        loader = DataLoader(
+            range(53), batch_size=5, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed)
+        )
         stream = [b.tolist() for _ in range(3) for b in loader]  # 3 passes of 10 batches
         batches = PromptBatches(53, 5, seed)
         assert [b for _ in range(3) for b in batches] == stream
@@ -149,11 +199,10 @@ def test_the_data_order_is_a_function_of_seed_and_batch_index():
 
 # ------------------------------------------------------------------ numerical faults
 def _module(policy_dir, poison_steps: set[int], max_skipped: int, what: str = "loss"):
-    from bench.config import EvalConfig, RLConfig
+    from bench.config import EvalConfig, RLConfig, SamplingConfig
     from bench.engine.module import RLVRModule
     from bench.engine.policy import load_policy
     from bench.registry import METHODS, TASKS
-    from bench.config import SamplingConfig
     from methods.grpo import GRPO
 
     class Faulty(GRPO):
@@ -176,9 +225,16 @@ def _module(policy_dir, poison_steps: set[int], max_skipped: int, what: str = "l
 
     policy, tok = load_policy(str(policy_dir))
     task = TASKS.get("arithmetic")()
-    rl = RLConfig(steps=4, prompts_per_step=2, group_size=4, max_skipped_updates=max_skipped,
-                  sampling=SamplingConfig(max_new_tokens=12))
-    module = RLVRModule(policy, tok, Faulty(METHODS.get("grpo").Config(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig())
+    rl = RLConfig(
+        steps=4,
+        prompts_per_step=2,
+        group_size=4,
+        max_skipped_updates=max_skipped,
+        sampling=SamplingConfig(max_new_tokens=12),
+    )
+    module = RLVRModule(
+        policy, tok, Faulty(METHODS.get("grpo").Config(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig()
+    )
     return module, task, rl
 
 
@@ -216,22 +272,33 @@ def test_a_nonfinite_update_is_skipped_and_counted(policy_dir, what):
 def test_the_skipped_update_leaves_weights_and_optimizer_state_as_they_were(policy_dir):
     import lightning as L
 
-    from bench.perf.step import MemoryLogger
     from bench.config import EvalConfig
-    from bench.engine.module import PromptDataModule
+    from bench.engine.data import PromptDataModule
+    from bench.perf.step import MemoryLogger
 
     module, task, rl = _module(policy_dir, {2}, max_skipped=3)
     snapshots = {}
 
     class Watch(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            snapshots[pl_module.rl_step + 1] = (_weights(pl_module), {
-                k: (v["exp_avg"].clone(), v["exp_avg_sq"].clone(), float(v["step"]))
-                for k, v in pl_module.optimizers().optimizer.state.items()})
+            snapshots[pl_module.rl_step + 1] = (
+                _weights(pl_module),
+                {
+                    k: (v["exp_avg"].clone(), v["exp_avg_sq"].clone(), float(v["step"]))
+                    for k, v in pl_module.optimizers().optimizer.state.items()
+                },
+            )
 
-    trainer = L.Trainer(accelerator="cpu", logger=MemoryLogger(), callbacks=[Watch()], max_steps=-1,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=MemoryLogger(),
+        callbacks=[Watch()],
+        max_steps=-1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(num_problems=4), 0))
     assert module.rl_step == 4 and module.skipped_updates == 1
     w2, adam2 = snapshots[2]  # before the poisoned step 2
@@ -239,7 +306,8 @@ def test_the_skipped_update_leaves_weights_and_optimizer_state_as_they_were(poli
     assert all(torch.equal(w2[k], w3[k]) for k in w2)
     assert adam2.keys() == adam3.keys() and all(
         torch.equal(adam2[k][0], adam3[k][0]) and torch.equal(adam2[k][1], adam3[k][1]) and adam2[k][2] == adam3[k][2]
-        for k in adam2)
+        for k in adam2
+    )
     w4, _ = snapshots[4]
     assert any(not torch.equal(w3[k], w4[k]) for k in w3)  # the next step updates again
 
@@ -250,8 +318,11 @@ def test_too_many_nonfinite_updates_stop_the_run_with_a_clear_error(policy_dir):
     module, task, rl = _module(policy_dir, {1, 2, 3}, max_skipped=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(CreditBenchError, match=r"3 updates skipped for a non-finite loss or gradient .*"
-                                                   r"more than rl.max_skipped_updates=2"):
+        with pytest.raises(
+            CreditBenchError,
+            match=r"3 updates skipped for a non-finite loss or gradient .*"
+            r"more than rl.max_skipped_updates=2",
+        ):
             fit_rows(module, task, rl, 4)
 
 
@@ -268,11 +339,40 @@ def test_a_full_disk_mid_run_keeps_the_last_checkpoint_and_the_run_resumes(tmp_p
     from bench.cli import main
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    argv = ["train", "--model.name", str(policy_dir), "--task.options", "{train_size: 64, eval_size: 8}",
-            "--rl.steps", "6", "--rl.prompts_per_step", "2", "--rl.group_size", "2",
-            "--rl.sampling.max_new_tokens", "8", "--eval.every", "3", "--eval.num_problems", "4", "--eval.n", "2",
-            "--eval.k", "[1, 2]", "--eval.sampling.max_new_tokens", "8", "--checkpoint.every", "2",
-            "--checkpoint.dir", str(tmp_path / "ckpt"), "--tracking.uri", uri, "--threads", "2", "--no-progress"]
+    argv = [
+        "train",
+        "--model.name",
+        str(policy_dir),
+        "--task.options",
+        "{train_size: 64, eval_size: 8}",
+        "--rl.steps",
+        "6",
+        "--rl.prompts_per_step",
+        "2",
+        "--rl.group_size",
+        "2",
+        "--rl.sampling.max_new_tokens",
+        "8",
+        "--eval.every",
+        "3",
+        "--eval.num_problems",
+        "4",
+        "--eval.n",
+        "2",
+        "--eval.k",
+        "[1, 2]",
+        "--eval.sampling.max_new_tokens",
+        "8",
+        "--checkpoint.every",
+        "2",
+        "--checkpoint.dir",
+        str(tmp_path / "ckpt"),
+        "--tracking.uri",
+        uri,
+        "--threads",
+        "2",
+        "--no-progress",
+    ]
     real, calls = pl.Trainer.save_checkpoint, []
 
     def full_disk(self, path, *args, **kwargs):
