@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 
 from bench.core import build_config, check
 from bench.errors import CreditBenchError
+from bench.run.tracking import default_uri
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
         help="weights dtype (auto: bfloat16 on GPU, float32 on CPU)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    p.add_argument("--uri", default=default_uri())
     p.add_argument("--experiment", default="creditbench-eval")
     p.add_argument("--run-name", default=None)
     p.add_argument("--samples-to-log", type=int, default=32, help="completions logged as an MLflow table")
@@ -140,14 +140,13 @@ def main(argv: list[str]) -> int:
 
 
 def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]:
-    import mlflow
     import torch
 
     from bench.config import SamplingConfig
     from bench.engine.metrics import PassAtK, eval_summary, metric_key
     from bench.engine.policy import load_policy
     from bench.engine.rollout import HFRolloutEngine
-    from bench.run.tracking import git_commit
+    from bench.run.tracking import git_commit, log_eval_run
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = a.dtype if a.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
@@ -188,35 +187,27 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
     res = eval_summary(metric, lengths, truncated, flex)  # as a training run's evals report them
     res["wall_s"] = wall
     run_name = a.run_name or f"eval-{a.task}-{Path(a.model.rstrip('/')).name}"
-    mlflow.set_tracking_uri(a.uri)
-    try:
-        mlflow.set_experiment(a.experiment)
-    except Exception as e:  # an unusable store raises many types
-        raise CreditBenchError(f"cannot use MLflow tracking URI {a.uri!r}: {str(e).splitlines()[0][:300]}") from None
     tags = {"kind": "eval", "task": a.task, "task_version": task.VERSION, "model": a.model, "git_commit": git_commit()}
-    with mlflow.start_run(run_name=run_name, tags=tags) as run:
-        mlflow.log_params(
-            {
-                "model": a.model,
-                "task": a.task,
-                "split": a.split,
-                "n": a.n,
-                "k": a.k,
-                "num_problems": len(rows),
-                "temperature": a.temperature,
-                "top_p": a.top_p,
-                "max_new_tokens": a.max_new_tokens,
-                "template": task.config.template,
-                "dtype": dtype,
-                "seed": a.seed,
-                "device": device,
-            }
-        )
-        mlflow.log_metrics({metric_key("eval", a.task, k): v for k, v in res.items() if np.isfinite(v)})
-        mlflow.log_dict({"per_problem": per_problem}, "per_problem.json")
-        if samples:
-            mlflow.log_table({k: [s[k] for s in samples] for k in samples[0]}, artifact_file="completions.json")
-        run_id = run.info.run_id
+    params = {
+        "model": a.model,
+        "task": a.task,
+        "split": a.split,
+        "n": a.n,
+        "k": a.k,
+        "num_problems": len(rows),
+        "temperature": a.temperature,
+        "top_p": a.top_p,
+        "max_new_tokens": a.max_new_tokens,
+        "template": task.config.template,
+        "dtype": dtype,
+        "seed": a.seed,
+        "device": device,
+    }
+    metrics = {metric_key("eval", a.task, k): v for k, v in res.items() if np.isfinite(v)}
+    table = ("completions.json", {k: [s[k] for s in samples] for k in samples[0]}) if samples else None
+    run_id = log_eval_run(
+        a.uri, a.experiment, run_name, tags, params, metrics, {"per_problem.json": {"per_problem": per_problem}}, table
+    )
     return {
         "model": a.model,
         "task": a.task,

@@ -216,6 +216,35 @@ def client(uri: str):
     return c
 
 
+def log_eval_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    tags: dict[str, str],
+    params: dict[str, Any],
+    metrics: dict[str, float],
+    dicts: dict[str, dict],
+    table: tuple[str, dict[str, list]] | None = None,
+) -> str:
+    """One finished MLflow run of ``creditbench eval``: its tags, params, metrics, JSON artifacts
+    (``dicts``: file name -> data) and an optional table (file name, columns); its run id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    try:
+        mlflow.set_experiment(experiment)
+    except Exception as e:  # an unusable store raises many types
+        raise _unusable(uri, e) from None
+    with mlflow.start_run(run_name=run_name, tags=tags) as run:
+        mlflow.log_params(params)
+        mlflow.log_metrics(metrics)
+        for name, data in dicts.items():
+            mlflow.log_dict(data, name)
+        if table is not None:
+            mlflow.log_table(table[1], artifact_file=table[0])
+        return run.info.run_id
+
+
 def _unusable(uri: str, e: Exception) -> CreditBenchError:
     return CreditBenchError(f"cannot use MLflow tracking URI {redact(uri)!r}: {str(e).splitlines()[0][:300]}")
 
