@@ -21,7 +21,12 @@ from torch import Tensor
 from bench.errors import CreditBenchError, suggestion
 
 # What a method may ask the engine to compute for it (``Method.needs``).
-NEEDS = frozenset({"entropy", "ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual"})
+NEEDS = frozenset(
+    {"entropy", "ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual", "hidden_residual_separate", "hidden_states"}
+)
+"""``hidden_residual_separate``: the adapter-on hidden states of ``hidden_residual`` come from their
+own no-grad forward (as ARCA's official code), not from the training forward (they differ only
+through dropout)."""
 
 
 @dataclass
@@ -43,6 +48,7 @@ class RolloutBatch:
     ref_entropy: Tensor | None = None  # [B, T] entropy of pi_ref(. | y_<t)
     ref_kl: Tensor | None = None  # [B, T] exact KL(pi_old(. | y_<t) || pi_ref(. | y_<t)) over the vocabulary
     hidden_residual: Tensor | None = None  # [B, T] ||h_adapter_on - h_adapter_off||_2 (last layer)
+    hidden_states: Tensor | None = None  # [B, T, H] behaviour policy's last hidden state (what the LM head reads)
     extra: dict[str, Tensor] = field(default_factory=dict)  # per-row tensors ([B, ...]) a method adds
     prompts: list[str] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
@@ -115,6 +121,18 @@ class Sampler(Protocol):
         and verify it against that row's problem. Returns a batch of ``len(index)`` rows with the
         same prompts, rows and group ids; completion = prefix + continuation. Log-probs are filled
         by the engine afterwards, like any rollout's."""
+        ...
+
+    def generate(self, prompts: list[str], rows: list[dict]) -> RolloutBatch:
+        """One completion of each prompt string, sampled by the current policy with the training
+        sampling settings and verified against ``rows[j]`` (e.g. IBPO's revision of an attempt).
+        Counted in the run's sample and token budgets; ``group_ids`` is ``arange(len(prompts))``."""
+        ...
+
+    def logprobs(self, batch: RolloutBatch, prompts: list[str]) -> Tensor:
+        """[B, T] log pi(y_t | prompt', y_<t) of ``batch``'s completions under the current policy,
+        each row's prompt replaced by the string ``prompts[i]``, at the sampling temperature, with no
+        gradient (e.g. GCPO's negative prompt); 0 at masked positions."""
         ...
 
 
@@ -209,6 +227,12 @@ class MethodConfig:
 class LossOutput:
     loss: Tensor  # [B, T] per-token loss (the engine aggregates it)
     stats: dict[str, Tensor] = field(default_factory=dict)  # [B, T] per-token diagnostics
+    mask: Tensor | None = None
+    """[B, T] the tokens the loss is aggregated over (its token and sequence counts too) when set,
+    instead of ``completion_mask``: a method that drops tokens from the loss (DAPO's overlong filter)."""
+    scalars: dict[str, Tensor] = field(default_factory=dict)
+    """0-dim diagnostics of the minibatch that are not per-token means (e.g. a mean over rows),
+    logged as ``train/<key>``, averaged over the update's minibatches."""
 
 
 class Method:

@@ -1,5 +1,6 @@
 """Numerics shared by the engine and every method: loss aggregation, masked statistics,
-log-probs and entropies from logits, and the k3 KL estimator. Each exists once and is tested once.
+log-probs and entropies from logits, the k3 KL estimator, and the concentration of per-token weights
+(Gini, effective-token ratio). Each exists once and is tested once.
 """
 
 from __future__ import annotations
@@ -78,3 +79,27 @@ def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """k3 estimator of KL(pi || pi_ref) per token (GRPO eq. 4): e^d - d - 1, d = log pi_ref - log pi."""
     d = ref_logprobs - logprobs
     return torch.exp(d) - d - 1.0
+
+
+def gini(w: Tensor, mask: Tensor) -> Tensor:  # [B]
+    """Per-row Gini coefficient of non-negative weights ``w`` over the valid tokens: [B, T] -> [B].
+
+    Uses the sorted form sum_i (2i - L - 1) w_(i) / (L sum w), i = 1..L, equal to the pairwise form.
+    Rows whose weights sum to 0 give nan.
+    """
+    valid = mask.bool()
+    L = valid.sum(-1, keepdim=True).to(w.dtype)  # [B, 1]
+    ordered = torch.sort(w.masked_fill(~valid, float("inf")), dim=-1).values.masked_fill(
+        ~torch.sort(valid.float(), dim=-1, descending=True).values.bool(), 0.0
+    )  # valid weights first, ascending
+    rank = torch.arange(1, w.shape[-1] + 1, dtype=w.dtype, device=w.device)  # [T]
+    coeff = (2 * rank - L - 1) * (rank <= L)  # [B, T]
+    total = (w * valid).sum(-1)
+    return (coeff * ordered).sum(-1) / (L.squeeze(-1) * total)
+
+
+def effective_token_ratio(w: Tensor, mask: Tensor) -> Tensor:  # [B]
+    """(sum w)^2 / (L sum w^2) over valid tokens: 1 for uniform weights, 1/L for a single token."""
+    m = mask.to(w.dtype)
+    L = m.sum(-1)
+    return (w * m).sum(-1) ** 2 / (L * (w * w * m).sum(-1))

@@ -22,29 +22,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from bench.numerics import effective_token_ratio, gini
 
-def gini(w: Tensor, mask: Tensor) -> Tensor:  # [B]
-    """Per-row Gini coefficient of non-negative weights ``w`` over the valid tokens: [B, T] -> [B].
-
-    Uses the sorted form sum_i (2i - L - 1) w_(i) / (L sum w), i = 1..L, equal to the pairwise form.
-    Rows whose weights sum to 0 give nan.
-    """
-    valid = mask.bool()
-    L = valid.sum(-1, keepdim=True).to(w.dtype)  # [B, 1]
-    ordered = torch.sort(w.masked_fill(~valid, float("inf")), dim=-1).values.masked_fill(
-        ~torch.sort(valid.float(), dim=-1, descending=True).values.bool(), 0.0
-    )  # valid weights first, ascending
-    rank = torch.arange(1, w.shape[-1] + 1, dtype=w.dtype, device=w.device)  # [T]
-    coeff = (2 * rank - L - 1) * (rank <= L)  # [B, T]
-    total = (w * valid).sum(-1)
-    return (coeff * ordered).sum(-1) / (L.squeeze(-1) * total)
-
-
-def effective_token_ratio(w: Tensor, mask: Tensor) -> Tensor:  # [B]
-    """(sum w)^2 / (L sum w^2) over valid tokens: 1 for uniform weights, 1/L for a single token."""
-    m = mask.to(w.dtype)
-    L = m.sum(-1)
-    return (w * m).sum(-1) ** 2 / (L * (w * w * m).sum(-1))
+__all__ = ["credit_diagnostics", "effective_token_ratio", "gini", "mass_by_thirds"]
 
 
 def mass_by_thirds(w: Tensor, mask: Tensor) -> Tensor:  # [B, 3]

@@ -64,7 +64,7 @@ class RLVRModule(L.LightningModule):
         self.method, self.task, self.task_name, self.rl, self.eval_cfg = method, task, task_name, rl, eval_cfg
         self.engine = engine if engine is not None else HFRolloutEngine(policy, tokenizer)
         # samples, verifies and counts; the Sampler (bench.core) that methods generating more rollouts call
-        self.sampler = RolloutSampler(self.engine, tokenizer, task, rl.sampling)
+        self.sampler = RolloutSampler(self.engine, tokenizer, task, rl.sampling, policy=policy)
         self.eval_tasks = eval_tasks or {task_name: task}  # evaluated in this order; the first is the primary
         self.evals = EvalEpoch(list(self.eval_tasks), eval_cfg, rl.samples_to_log)
         self.rl_step = 0  # completed RL steps

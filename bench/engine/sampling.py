@@ -17,7 +17,9 @@ import torch
 from bench.config import RLConfig, SamplingConfig
 from bench.core import Method, RolloutBatch, Task
 from bench.distributed import world_size
+from bench.engine.policy import score
 from bench.engine.rollout import RolloutEngine, completion_mask
+from bench.errors import CreditBenchError
 
 
 class RolloutSampler:
@@ -26,8 +28,9 @@ class RolloutSampler:
     rollout with :meth:`count`; ``complete`` counts its own), ``verify_s`` the seconds spent in the
     verifier, reported apart from the rollout time."""
 
-    def __init__(self, engine: RolloutEngine, tokenizer, task: Task, sampling: SamplingConfig):
+    def __init__(self, engine: RolloutEngine, tokenizer, task: Task, sampling: SamplingConfig, policy=None):
         self.engine, self.tokenizer, self.task, self.sampling = engine, tokenizer, task, sampling
+        self.policy = policy  # the model ``logprobs`` scores with (the training policy)
         self.samples = 0  # completions generated for training
         self.tokens = 0  # completion tokens generated for training
         self.verify_s = 0.0
@@ -38,7 +41,11 @@ class RolloutSampler:
         """``n`` verified completions of each of ``rows`` (groups in row order), and for each the
         verifier's parsed answer and flexible verdict (``details``: the verifier fills them)."""
         task = task or self.task
-        prompts = [task.prompt(r, self.tokenizer) for r in rows]
+        return self._sample([task.prompt(r, self.tokenizer) for r in rows], rows, n, sampling, details, task)
+
+    def _sample(
+        self, prompts: list[str], rows: list[dict], n: int, sampling: SamplingConfig, details: bool, task: Task
+    ) -> tuple[RolloutBatch, list[dict]]:
         gen = self.engine.generate(prompts, n, sampling)
         device = gen.completion_ids.device
         expanded = [r for r in rows for _ in range(n)]
@@ -66,6 +73,27 @@ class RolloutSampler:
         """Training samples and generated tokens consumed (every generation counts, kept or not)."""
         self.samples += batch.size
         self.tokens += int(batch.lengths.sum())
+
+    def generate(self, prompts: list[str], rows: list[dict]) -> RolloutBatch:
+        """bench.core.Sampler: one verified completion of each prompt string, counted in the budgets."""
+        batch, _ = self._sample(prompts, rows, 1, self.sampling, details=False, task=self.task)
+        self.count(batch)
+        return batch
+
+    @torch.no_grad()
+    def logprobs(self, batch: RolloutBatch, prompts: list[str]) -> torch.Tensor:  # [B, T]
+        """bench.core.Sampler: the batch's completions scored by the policy after other prompts."""
+        if self.policy is None:
+            raise CreditBenchError("this sampler has no policy to score with (RolloutSampler(policy=...))")
+        tokenized = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        encoded = [torch.tensor(e, dtype=torch.long) for e in tokenized]
+        P, pad = max(len(e) for e in encoded), self.tokenizer.pad_token_id
+        device = batch.completion_ids.device
+        ids = torch.stack([torch.cat([e.new_full((P - len(e),), pad), e]) for e in encoded]).to(device)
+        mask = torch.stack([torch.cat([e.new_zeros(P - len(e)), torch.ones_like(e)]) for e in encoded]).to(device)
+        temperature = self.sampling.temperature or 1.0
+        s = score(self.policy, ids, mask, batch.completion_ids, batch.completion_mask, temperature, with_entropy=False)
+        return s.logprobs.masked_fill(batch.completion_mask == 0, 0.0)
 
     def complete(self, batch: RolloutBatch, index: torch.Tensor, prefixes: list[torch.Tensor]) -> RolloutBatch:
         """bench.core.Sampler: continue each forced prefix with the policy, within the batch's budget."""

@@ -30,7 +30,7 @@ from bench.engine.policy import Scores, score
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate, k3_kl, masked_mean
 
-REFERENCE_NEEDS = frozenset({"ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual"})
+REFERENCE_NEEDS = frozenset({"ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual", "hidden_residual_separate"})
 
 
 def check_method(method: Method, policy, ref_policy) -> None:
@@ -39,7 +39,7 @@ def check_method(method: Method, policy, ref_policy) -> None:
     unsupported = method.required - NEEDS
     if unsupported:
         raise CreditBenchError(f"method needs {sorted(unsupported)}, which this engine cannot compute")
-    if "hidden_residual" in method.required and not lora:
+    if method.required & {"hidden_residual", "hidden_residual_separate"} and not lora:
         raise CreditBenchError(
             "method needs hidden_residual (adapter-on vs adapter-off hidden states): "
             "train with LoRA (set model.lora.rank > 0)"
@@ -107,11 +107,15 @@ def score_batch(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLC
     forward when the method needs ``hidden_residual`` and the update is ``fused``: the residual is then
     taken against the training forward, so hand it to :func:`update`; else None."""
     req = method.required
-    hidden = "hidden_residual" in req
+    separate = "hidden_residual_separate" in req  # the adapter-on states from their own pass even when fused
+    hidden = "hidden_residual" in req or separate
     pol = None
-    if not fused or "ref_kl" in req:
-        pol = forward(policy, batch, rl, with_entropy=True, with_logits="ref_kl" in req, with_hidden=hidden)
+    if not fused or "ref_kl" in req or separate:
+        with_hidden = hidden or "hidden_states" in req
+        pol = forward(policy, batch, rl, with_entropy=True, with_logits="ref_kl" in req, with_hidden=with_hidden)
         batch.old_logprobs, batch.entropy = pol.logprobs, pol.entropy
+        if "hidden_states" in req:
+            batch.hidden_states = pol.hidden
     if not req & REFERENCE_NEEDS:
         return None
     with reference(policy, ref_policy) as ref:
@@ -123,7 +127,7 @@ def score_batch(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLC
         batch.ref_kl = (logp.exp() * (logp - logq)).sum(-1)
     if hidden and pol is not None:
         set_residual(batch, pol, r)
-    return r if hidden and fused else None
+    return r if hidden and fused and not separate else None
 
 
 def set_residual(batch: RolloutBatch, on: Scores, off: Scores) -> None:
@@ -185,7 +189,9 @@ def update(
     """
     cfg, world = method.config, world_size()
     skips = skips if skips is not None else SkippedUpdates(rl.max_skipped_updates)
-    hidden = "hidden_residual" in method.required
+    # from the training forward when fused: the residual against the adapter-off pass, the hidden states
+    hidden = "hidden_residual" in method.required and hidden_off is not None
+    states = "hidden_states" in method.required
     credit = None if fused else method.credit(batch)
     acc: dict[str, list[float]] = {}
     diagnostics: dict[str, float] = {}
@@ -198,17 +204,21 @@ def update(
                 idx = order.tensor_split(rl.minibatches)[mb_index]
                 mb = batch.select(idx)
             # with_entropy only when fused: otherwise the scoring pass had it
-            s = forward(policy, mb, rl, with_entropy=fused, with_hidden=fused and hidden)
+            s = forward(policy, mb, rl, with_entropy=fused, with_hidden=fused and (hidden or states))
             if fused:  # single on-policy update: behaviour = current policy, ratio == 1
                 batch.old_logprobs, batch.entropy = s.logprobs.detach(), s.entropy
                 if hidden:
                     set_residual(batch, s, hidden_off)
+                if states:
+                    batch.hidden_states = s.hidden
                 credit = method.credit(batch)
             c = credit if idx is None else credit[idx]
             out = method.loss(mb, s.logprobs, c)
-            counts = all_sum(torch.stack([mb.completion_mask.sum(), mb.completion_mask.new_tensor(mb.size)]))
+            mask = mb.completion_mask if out.mask is None else out.mask.to(mb.completion_mask.dtype)  # [b, T]
+            rows = mask.new_tensor(mb.size) if out.mask is None else (mask.sum(-1) > 0).sum()  # sequences left
+            counts = all_sum(torch.stack([mask.sum(), rows]))
             norm = {"max_len": batch.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
-            method_loss = aggregate(out.loss, mb.completion_mask, cfg.aggregation, **norm)
+            method_loss = aggregate(out.loss, mask, cfg.aggregation, **norm)
             loss = method_loss
             if epoch == 0 and mb_index == 0:  # before any update: ratio 1, so this is the credit as designed
                 grad = torch.autograd.grad(method_loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
@@ -216,7 +226,7 @@ def update(
                 diagnostics = credit_diagnostics(-grad, mb.completion_mask)
             if cfg.kl_coef > 0:
                 kl = k3_kl(s.logprobs, mb.ref_logprobs)
-                loss = loss + cfg.kl_coef * aggregate(kl, mb.completion_mask, cfg.aggregation, **norm)
+                loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, **norm)
                 acc.setdefault("loss/kl", []).append(float(masked_mean(kl.detach(), mb.completion_mask)))
             optimizer.zero_grad(set_to_none=True)
             backward(loss * world)  # DDP divides the sum of the processes' gradients by W
@@ -238,6 +248,8 @@ def update(
                 acc.setdefault("train/grad_norm", []).append(float(gn))
             for k, v in out.stats.items():
                 acc.setdefault(f"train/{k}", []).append(float(masked_mean(v.detach(), mb.completion_mask)))
+            for k, v in out.scalars.items():
+                acc.setdefault(f"train/{k}", []).append(float(v))
     stats = {k: float(np.mean(v)) for k, v in acc.items()}
     stats["train/skipped_updates"] = float(skips.count)
     mask = batch.completion_mask

@@ -68,7 +68,9 @@ class OneUpdate(RLVRModule):
     [
         ("grpo", {"kl_coef": 0.04}, False, 1, 1),  # fused, KL to a separate reference
         ("grpo", {"kl_coef": 0.04}, False, 2, 2),  # a scoring forward, ratios != 1 after the first step
-        ("arca", {"kl_coef": 0.04}, True, 1, 1),  # fused under LoRA: the adapter-off forward goes to the update
+        # fused under LoRA: the adapter-off forward goes to the update
+        ("arca", {"kl_coef": 0.04, "adapted_pass": "training", "objective": "clipped"}, True, 1, 1),
+        ("arca", {}, True, 1, 1),  # fused, the adapter-on states from their own scoring pass (official)
         ("arca", {"kl_coef": 0.0}, True, 1, 2),
     ],
 )
@@ -100,7 +102,7 @@ def test_the_plain_update_is_the_modules_update(method_name, options, lora, epoc
     opt, sched = make_optimizer(policy, rl)
     torch.manual_seed(7)
     hidden_off = score_batch(policy, ref, cls(cls.Config(**options)), batch, rl, fused)
-    assert (hidden_off is not None) == (lora and fused)
+    assert (hidden_off is not None) == (lora and fused and options.get("adapted_pass") == "training")
     stats = update(policy, cls(cls.Config(**options)), batch, rl, opt, sched, torch.Tensor.backward, fused, hidden_off)
     grads = {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
 
