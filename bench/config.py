@@ -145,6 +145,9 @@ class EvalConfig:
     batch_problems: int = 100
     """Problems per generate call."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    greedy: bool = False
+    """Also decode every problem once greedily (temperature 0) and report its accuracy as ``greedy``
+    (ARCA's "greedy accuracy" beside pass@k)."""
     tasks: list[TaskSpec | str] = field(default_factory=list)
     """More tasks evaluated at every eval point (their eval splits), after the training task's own."""
 

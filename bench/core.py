@@ -271,6 +271,12 @@ class Method:
         by groups of fresh prompts, up to ``generation_rounds`` rollout batches per step."""
         return None
 
+    @property
+    def trust_region(self) -> bool:
+        """Whether this config's loss stops pushing a token once its ratio leaves a trust region
+        (a clip); False for plain REINFORCE-style objectives (ARCA's official loss)."""
+        return True
+
     def augment(self, batch: RolloutBatch, sampler: Sampler) -> RolloutBatch:
         """Add rollouts the method generates itself (e.g. IBPO's repaired trajectories) before
         scoring; returns the batch to train on. Rows added must keep the batch's group ids."""

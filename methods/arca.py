@@ -35,8 +35,8 @@ Remaining differences from the official code (all outside this file's options):
    Equal at the paper's T = 1.0.
 3. Prompts: the code draws each with replacement; here an epoch-wise shuffled order per seed.
 4. Warm-up: transformers' cosine schedule starts at lr 0 (factor s / 10); here (s + 1) / 10.
-5. The grader: math-verify, not the code's own; the eval: the first 200 MATH-500 problems, not
-   the first 200 of its MATH test split.
+5. The grader: math-verify, not the code's own; the data: the math task's MATH files (the
+   same train/test split as the code's DigitalLearningGmbH/MATH-lighteval, possibly another order).
 
 Reconstructions kept as options, from before the paper and code could be read:
 6. ``scale="mean_one"``: w_t * L (mean-one weights), which with seq-mean-token-mean is the same update.
@@ -179,6 +179,10 @@ class ARCA(GRPO):
             "policy_divergence": {"ref_logprobs"} if cfg.divergence_signal == "sampled_token" else {"ref_kl"},
         }[cfg.signal]
         return super().required | need
+
+    @property
+    def trust_region(self) -> bool:
+        return self.config.objective == "clipped"
 
     def salience(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         cfg = self.config

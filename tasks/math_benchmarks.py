@@ -30,6 +30,9 @@ Prompt templates (``template``):
   has one (else the plain ``instruct`` text).
 - ``instruct``: the question plus the instruction as plain text (no chat markup).
 - ``compact``: ``{question}; \\boxed{}:`` for the tiny character-level models.
+- ``boxed-problem``: "Solve this math problem step by step. Put your final answer in \\boxed{}."
+  then ``Problem: {question}`` as plain text, the prompt of ARCA's official code (its data.py) for
+  base models.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ TEMPLATES = {
     "chat": None,  # the tokenizer's chat template
     "instruct": "{question}\n" + INSTRUCTION,
     "compact": "{question}; \\boxed{}:",
+    "boxed-problem": "Solve this math problem step by step. Put your final answer in \\boxed{}.\n\n"
+    "Problem: {question}\n",
 }
 
 

@@ -132,7 +132,7 @@ class EvalEpoch:
     :meth:`results` gathers back in rank order, so every process gets the whole sets' results."""
 
     def __init__(self, names: list[str], cfg: EvalConfig, samples_to_log: int):
-        self.n, self.samples_to_log = cfg.n, samples_to_log
+        self.n, self.samples_to_log, self.greedy = cfg.n, samples_to_log, cfg.greedy
         self.metrics = {name: PassAtK(cfg.k, sync_on_compute=False) for name in names}
         self.seen: dict[str, dict[str, list]] = {}
 
@@ -140,7 +140,8 @@ class EvalEpoch:
         for metric in self.metrics.values():
             metric.reset()
         self.seen = {
-            name: {"correct": [], "lengths": [], "truncated": [], "flex": [], "samples": []} for name in self.metrics
+            name: {"correct": [], "lengths": [], "truncated": [], "flex": [], "samples": [], "greedy": []}
+            for name in self.metrics
         }
 
     def add(self, name: str, rows: list[dict], batch: RolloutBatch, info: list[dict]) -> None:
@@ -162,6 +163,10 @@ class EvalEpoch:
                     }
                 )
 
+    def add_greedy(self, name: str, batch: RolloutBatch) -> None:
+        """One greedy completion of each problem (in order)."""
+        self.seen[name]["greedy"].extend(batch.correct.tolist())
+
     def results(self) -> dict[str, EvalResult]:
         """Every eval set's results, from every process's chunk (a collective call under DDP)."""
         parts = gather_objects(self.seen)
@@ -171,5 +176,7 @@ class EvalEpoch:
             for correct in seen["correct"]:
                 metric.update(correct)
             summary = eval_summary(metric, seen["lengths"], seen["truncated"], seen["flex"])
+            if self.greedy:
+                summary["greedy"] = float(np.mean(seen["greedy"])) if seen["greedy"] else float("nan")
             out[name] = EvalResult(summary, metric.per_problem()[1].tolist(), seen["samples"][: self.samples_to_log])
         return out

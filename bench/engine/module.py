@@ -16,6 +16,7 @@ declares ``needs`` and the step computes exactly that.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -35,6 +36,16 @@ from bench.engine.probe import credit_map, find_probe, probe_from_state, probe_s
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, reward_stats, train_rollouts
 from bench.engine.step import SkippedUpdates
+
+TRAIN_SUMMARY = (
+    "train/reward",
+    "credit/gini",
+    "credit/effective_token_ratio",
+    "train/weight_gini",
+    "train/weight_effective_n_ratio",
+)
+"""Training statistics a run's result keeps as means over its RL steps (``RunResult.train``): the
+average train reward and the concentration of the credit (every method) and of ARCA's weights."""
 
 
 class RLVRModule(L.LightningModule):
@@ -70,6 +81,7 @@ class RLVRModule(L.LightningModule):
         self.rl_step = 0  # completed RL steps
         self.skips = SkippedUpdates(rl.max_skipped_updates)
         self.eval_history: list[dict[str, Any]] = []
+        self.train_sums: dict[str, list[float]] = {}  # TRAIN_SUMMARY key -> [sum, count] over RL steps
         self._probe: tuple[RolloutBatch, int] | None = None
         self._seed: int | None = None  # the run's seed, read at the first setup (see setup)
         self.sink: MetricSink | None = None  # set by a run that checkpoints; else metrics go to the logger
@@ -165,6 +177,10 @@ class RLVRModule(L.LightningModule):
         # step's prompts), the sum of the batch sizes
         stats = mean_over_processes(stats, sums=("train/batch_size", "train/kept_groups"))
         self._log(stats)
+        for k in TRAIN_SUMMARY:
+            if stats.get(k) is not None and math.isfinite(stats[k]):
+                acc = self.train_sums.setdefault(k, [0.0, 0])
+                acc[0], acc[1] = acc[0] + stats[k], acc[1] + 1
         self.log("reward", stats["train/reward"], prog_bar=True, logger=False, batch_size=batch.size)
         if self.budget_spent or self.rl_step >= rl.steps:
             self.trainer.should_stop = True
@@ -188,6 +204,11 @@ class RLVRModule(L.LightningModule):
             rows, self.eval_cfg.n, self.eval_cfg.sampling, details=True, task=self.eval_tasks[name]
         )
         self.evals.add(name, rows, batch, info)
+        if self.eval_cfg.greedy:
+            greedy = dataclasses.replace(self.eval_cfg.sampling, temperature=0.0)
+            self.evals.add_greedy(
+                name, self.sampler.rollout(rows, 1, greedy, details=False, task=self.eval_tasks[name])[0]
+            )
 
     def on_validation_epoch_end(self) -> None:
         entry: dict[str, Any] = {"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval": {}}
@@ -214,6 +235,10 @@ class RLVRModule(L.LightningModule):
         if found is not None:
             self._probe = found
         return found is not None
+
+    def train_summary(self) -> dict[str, float]:
+        """Means over the run's RL steps of the TRAIN_SUMMARY statistics it logged."""
+        return {k.replace("/", "_"): s / n for k, (s, n) in self.train_sums.items() if n}
 
     def credit_probe(self) -> dict[str, Any] | None:
         """This method's effective credit on the probe group under the current policy, or None without one."""
@@ -242,6 +267,7 @@ class RLVRModule(L.LightningModule):
             "samples": self.samples,
             "tokens": self.tokens,
             "eval_history": self.eval_history,
+            "train_sums": self.train_sums,
             "skipped_updates": self.skipped_updates,
             "probe": probe_state(self._probe),
             "rng": gather_objects(rng_states()),
@@ -254,6 +280,7 @@ class RLVRModule(L.LightningModule):
         c = checkpoint["creditbench"]
         self.rl_step, self.sampler.samples, self.sampler.tokens = c["rl_step"], c["samples"], c["tokens"]
         self.eval_history, self.skips.count = c["eval_history"], c["skipped_updates"]
+        self.train_sums = c.get("train_sums", {})
         self.resumed_from = self.last_checkpoint_step = self.rl_step
         self.wall_before = c["wall_s"]
         if c["probe"] is not None:

@@ -13,8 +13,13 @@ A paper YAML has four parts:
   task name, or ``average`` with the task list ``over``), a ``metric`` (``pass_at_K``,
   ``avg_at_N``, ...), a numeric ``value`` in ``unit`` percent or fraction, a ``source``; a gain over a
   baseline is ``kind: delta`` with ``vs: <method>``; ``relation`` (default ``=``) marks bounds such as
-  "more than 3 points"; ``*_status`` fields qualify the method/model/benchmark/metric attribution;
-- ``sweep``: the file name of the sweep spec beside it.
+  "more than 3 points"; ``*_status`` fields qualify the method/model/benchmark/metric attribution,
+  and ``value_status`` a number read from a secondary source (second-hand) rather than the paper;
+  ``label`` names one of several configurations of a method (its sweep label);
+- ``sweep``: the file name of the sweep spec beside it;
+- ``analogue`` (optional): the file name of a sweep spec beside it that runs the same
+  configurations (``label``) at a scale this suite can run anywhere; the table sets its measured
+  values beside the paper's, whatever its model and task (bench/report/paper_analogue.py).
 """
 
 from __future__ import annotations
@@ -65,6 +70,12 @@ OTHER_METRICS = (
     "tokens_per_correct",
     "mean_length",
     "base_pass_at_1",
+    "greedy",
+    "train_reward",
+    "credit_gini",
+    "credit_effective_token_ratio",
+    "weight_gini",
+    "weight_effective_n_ratio",
 )
 RESULT_FIELDS = {
     "method",
@@ -85,6 +96,7 @@ RESULT_FIELDS = {
     "benchmark_status",
     "over_status",
     "metric_status",
+    "value_status",
 }
 
 
@@ -135,6 +147,8 @@ class Paper:
     claims: tuple[str, ...]
     sweep: str
     path: Path
+    analogue: str | None = None
+    """A sweep spec beside the paper file that runs its configurations at another scale."""
 
 
 # ----------------------------------------------------------------------------------- loading
@@ -303,9 +317,8 @@ def validate(name: str, raw: Any, path: Path) -> Paper:
     claims = raw.get("claims") or []
     if not isinstance(claims, list) or not all(isinstance(c, str) for c in claims):
         raise _fail(path, "claims", "must be a list of strings")
-    sweep = _text(path, "sweep", raw["sweep"])
-    if not sweep.endswith(SWEEP_SUFFIX) or not (path.parent / sweep).is_file():
-        raise _fail(path, "sweep", f"{sweep!r} must name a *{SWEEP_SUFFIX} file beside the paper file")
+    sweep = _sweep_file(path, "sweep", raw["sweep"])
+    analogue = _sweep_file(path, "analogue", raw["analogue"]) if raw.get("analogue") is not None else None
     return Paper(
         name=name,
         title=_text(path, "paper.title", head.get("title")),
@@ -318,12 +331,21 @@ def validate(name: str, raw: Any, path: Path) -> Paper:
         claims=tuple(claims),
         sweep=sweep,
         path=path,
+        analogue=analogue,
     )
 
 
-def sweep_name(paper: Paper) -> str:
-    """The ``name`` of the paper's own sweep spec (its results live in results/<name>/)."""
-    spec_path = paper.path.parent / paper.sweep
+def _sweep_file(path: Path, where: str, value: Any) -> str:
+    name = _text(path, where, value)
+    if not name.endswith(SWEEP_SUFFIX) or not (path.parent / name).is_file():
+        raise _fail(path, where, f"{name!r} must name a *{SWEEP_SUFFIX} file beside the paper file")
+    return name
+
+
+def sweep_name(paper: Paper, spec_file: str | None = None) -> str:
+    """The ``name`` of the paper's own sweep spec, or of ``spec_file`` beside it (its results live
+    in results/<name>/)."""
+    spec_path = paper.path.parent / (spec_file or paper.sweep)
     try:
         spec = yaml.safe_load(spec_path.read_text())
     except yaml.YAMLError as e:

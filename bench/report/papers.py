@@ -215,7 +215,7 @@ def _fmt(value: float, unit: str, signed: bool) -> str:
 
 def paper_cell(entry: PaperResult) -> str:
     rel = "" if entry.relation == "=" else f"{entry.relation} "
-    text = _fmt(entry.value, entry.unit, entry.kind == "delta")
+    text = _fmt(entry.value, entry.unit, entry.kind == "delta") + _mark(entry.statuses.get("value"))
     return f"{rel}{text}" + (f" vs {entry.vs}" if entry.kind == "delta" else "")
 
 
@@ -281,9 +281,12 @@ def table(
     papers_dir: Path | str | None = None,
 ) -> str:
     """Load the paper and the sweeps' reports (default: the paper's own sweep) and render the table."""
+    from bench.report.paper_analogue import analogue_section
+
     paper = load_paper(paper_name, papers_dir)
     names = list(sweeps) if sweeps else [sweep_name(paper)]
-    return render(paper, [(s, load_report(results_dir, s)) for s in names])
+    analogue = analogue_section(paper, results_dir)
+    return render(paper, [(s, load_report(results_dir, s)) for s in names]) + (f"\n\n{analogue}" if analogue else "")
 
 
 def main(argv: list[str] | None = None) -> int:

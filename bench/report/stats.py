@@ -65,3 +65,14 @@ def t_interval(values: Sequence[float | None], level: float = 0.95) -> dict[str,
         return {**out, "mean": mean, "lo": mean, "hi": mean}
     half = float(stats.t.ppf(0.5 + level / 2, len(a) - 1) * a.std(ddof=1) / math.sqrt(len(a)))
     return {**out, "mean": mean, "lo": mean - half, "hi": mean + half}
+
+
+def min_detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest true paired difference a two-sided t-test at level ``alpha`` over ``n`` seeds
+    detects with probability ``power``, for paired differences of standard deviation ``sd``:
+    (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n). None with fewer than 2 seeds."""
+    from scipy import stats
+
+    if n < 2 or not math.isfinite(sd):
+        return None
+    return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))

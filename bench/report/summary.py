@@ -41,6 +41,17 @@ RUN_METRICS = (
     "wall_s",
 )
 """Per-run values summarised over seeds, besides pass@k and avg@n (their keys come from the runs)."""
+OPTIONAL_METRICS = {
+    "greedy": "greedy",
+    "train_reward": "train_reward",
+    "credit_gini": "credit_gini",
+    "credit_effective_token_ratio": "credit_effective_token_ratio",
+    "weight_gini": "train_weight_gini",
+    "weight_effective_n_ratio": "train_weight_effective_n_ratio",
+}
+"""Per-run values a row has when its runs recorded them -> where: ``greedy`` is the final eval's
+greedy accuracy (eval.greedy), the others RunResult.train's means over the RL steps (the average
+train reward, the effective credit's and ARCA's weights' Gini and effective-token ratio)."""
 
 
 def load_runs(results_dir: str, sweep: str, keys: list[str] | None = None) -> list[RunResult]:
@@ -128,6 +139,7 @@ def build_report(
                 steps=r.steps,
                 wall_s=r.wall_s,
             )
+            v.update({k: (f if k == "greedy" else r.train).get(src) for k, src in OPTIONAL_METRICS.items()})
             vals[r.seed] = {k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in v.items()}
         per_run[key] = vals
 
@@ -137,6 +149,7 @@ def build_report(
         rs, vals = groups[key], per_run[key]
         seeds = sorted(vals)
         names = [k for k in vals[seeds[0]] if k.startswith(("pass_at_", "avg_at_"))] + list(RUN_METRICS)
+        names += [m for m in OPTIONAL_METRICS if any(vals[s].get(m) is not None for s in seeds)]
         metrics = {m: t_interval([vals[s].get(m) for s in seeds]) for m in names}
         vs = {}
         base_vals = per_run.get((baseline, model, task, ev))

@@ -65,6 +65,10 @@ class RunResult:
     history: list[EvalPoint]
     credit_probe: dict[str, Any] | None = None
     """The method's credit on one fixed completion (bench.engine.diagnostics), or None."""
+    train: dict[str, float] = field(default_factory=dict)
+    """Means over the RL steps of the training statistics bench.engine.module.TRAIN_SUMMARY names
+    (train_reward, credit_gini, credit_effective_token_ratio, and ARCA's train_weight_gini,
+    train_weight_effective_n_ratio), "/" written "_"."""
 
     def __post_init__(self) -> None:
         self.history = [h if isinstance(h, EvalPoint) else EvalPoint(**h) for h in self.history]

@@ -329,6 +329,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         tags=dict(cfg.tracking.tags),
         budget={"samples": cfg.rl.budget_samples, "tokens": cfg.rl.budget_tokens},
         credit_probe=probe,
+        train=module.train_summary(),
     )
     if cfg.tracking.sweep and trainer.is_global_zero:  # before the MLflow run is marked finished: a finished run has it
         result.write(Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json")

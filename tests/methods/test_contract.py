@@ -41,6 +41,8 @@ def random_batch(B=8, G=4, T=6, seed=0, equal_rewards=False):
         ref_entropy=torch.rand(B, T, generator=g),
         ref_kl=torch.rand(B, T, generator=g),
         hidden_residual=torch.rand(B, T, generator=g),
+        hidden_states=torch.randn(B, T, 4, generator=g),
+        extra={"negative_logprobs": -torch.rand(B, T, generator=g) - 0.1},
     )
 
 
@@ -121,11 +123,17 @@ def test_gradient_sign_follows_the_advantage(method):
 
 def test_clip_boundaries_hold(method):
     """Far outside any trust region in the direction the advantage pushes (log-ratio +3 where the
-    advantage is positive, -3 where negative), the default config stops pushing: zero gradient."""
+    advantage is positive, -3 where negative), the default config stops pushing: zero gradient.
+    A method without a trust region (``trust_region`` False: plain REINFORCE) keeps pushing."""
     b = random_batch(seed=4, T=9)
     shift = 3.0 * group_relative_sign(b)[:, None]
     grad = loss_grad(method, b, b.old_logprobs + shift)
-    assert torch.all(grad == 0)
+    if method.trust_region:
+        assert torch.all(grad == 0)
+    else:
+        valid = b.completion_mask.bool()
+        assert torch.all(grad[valid] * group_relative_sign(b)[:, None].expand_as(grad)[valid] <= 0)
+        assert grad[valid].abs().sum() > 0
 
 
 def test_every_open_choice_is_documented(method):

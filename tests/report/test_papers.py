@@ -27,7 +27,8 @@ SWEEP_SPECS = sorted((REPO / "results" / "papers").glob("*.sweep.yaml"))
 
 def test_shipped_papers_are_the_four_seed_papers():
     assert paper_data.paper_names() == list(PAPERS)
-    assert {p.name for p in SWEEP_SPECS} == {f"{name}.sweep.yaml" for name in PAPERS}
+    analogues = {paper_data.load_paper(name).analogue for name in PAPERS} - {None}
+    assert {p.name for p in SWEEP_SPECS} == {f"{name}.sweep.yaml" for name in PAPERS} | analogues
 
 
 @pytest.mark.parametrize("name", PAPERS)
@@ -76,9 +77,17 @@ def test_selective_traces_numbers_are_the_abstracts_deltas():
     }
 
 
-def test_papers_without_verified_numbers_have_none():
-    assert paper_data.load_paper("arca").results == ()
-    assert paper_data.load_paper("ibpo").results == ()
+def test_arca_numbers_are_the_papers_tables():
+    """The seven configurations x greedy accuracy, pass@4, average train reward, G(w), EffN/T of the
+    paper's tables "Held-out MATH performance" and "Token-weight diagnostics"."""
+    paper = paper_data.load_paper("arca")
+    got = {(e.label, e.metric): e.value for e in paper.results}
+    assert len(got) == len(paper.results) == 35
+    assert got[("uniform-r64", "greedy")] == 0.620 and got[("uniform-r64", "weight_gini")] == 0.0
+    assert got[("entropy_reduction-r64", "pass_at_4")] == 0.700
+    assert got[("surprisal-r64", "weight_effective_n_ratio")] == 0.052
+    assert got[("arca-r64", "weight_gini")] == 0.490 and got[("arca-r4", "train_reward")] == 0.327
+    assert all(e.model == "Qwen3-1.7B-Base" and e.method == "arca" for e in paper.results)
 
 
 # ------------------------------------------------------------------------------------ the table
@@ -324,13 +333,15 @@ def test_python_dash_m_works():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "No verified numbers" in proc.stdout and "**Setting**: models Qwen3-1.7B [V]" in proc.stdout
+    assert "**Setting**: models Qwen3-1.7B-Base [V]" in proc.stdout and "| arca-r16 | 0.510 · - |" in proc.stdout
 
 
 # ---------------------------------------------------------------------------------- sweep specs
 
 
-@pytest.mark.parametrize("path", SWEEP_SPECS, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in SWEEP_SPECS if p.name[: -len(".sweep.yaml")] in PAPERS], ids=lambda p: p.name
+)
 def test_paper_sweeps_validate(path):
     """bench/run/sweep.py accepts every paper sweep without starting anything (names, options, LoRA for
     ARCA, the code opt-in), every run is on bf16 with a Hub model, and the budget is whole steps."""
@@ -347,3 +358,65 @@ def test_paper_sweeps_validate(path):
         assert cfg.model.dtype == ("bfloat16" if cfg.model.lora.rank else "float32")
         assert not cfg.model.name.startswith("tiny-")
         assert loaded.budget["samples"] % (cfg.rl.prompts_per_step * cfg.rl.group_size) == 0
+
+
+# ------------------------------------------------------------------------- the embedded analogue
+
+
+def _analogue_row(label, values):
+    """A report row of configuration ``label`` with per-seed values of each metric (3 seeds)."""
+    from bench.report.stats import t_interval
+
+    return {
+        "method": label,
+        "method_name": "arca",
+        "model": "tiny-500k",
+        "task": "arithmetic",
+        "eval_task": "arithmetic",
+        "seeds": [0, 1, 2],
+        "metrics": {m: t_interval(v) for m, v in values.items()},
+    }
+
+
+def test_the_analogue_table_sets_measured_beside_paper_values():
+    """uniform-r64 greedy [0.30, 0.32, 0.34]: mean 0.32, t-interval 0.32 +- 4.303 * 0.02 / sqrt(3)
+    = [0.270, 0.370]; arca-r4 G(w) [0.1, 0.5, 0.9]: mean 0.5, half-width 4.303 * 0.4 / sqrt(3) =
+    0.994, clipped to [0, 1]. The MDD of greedy: the one paired difference arca-r4 - uniform-r64 =
+    [0.02, 0.0, 0.01], SD 0.01, Bonferroni alpha 0.05 / 6 (seven configurations):
+    (t_{1-0.05/12, 2} + t_{0.8, 2}) * 0.01 / sqrt(3)."""
+    from bench.report.paper_analogue import render_analogue
+
+    paper = paper_data.load_paper("arca")
+    report = {
+        "baseline": "uniform-r64",
+        "rows": [
+            _analogue_row("uniform-r64", {"greedy": [0.30, 0.32, 0.34], "weight_gini": [0.0, 0.0, 0.0]}),
+            _analogue_row("arca-r4", {"greedy": [0.32, 0.32, 0.35], "weight_gini": [0.1, 0.5, 0.9]}),
+        ],
+    }
+    text = render_analogue(paper, report, "paper-arca-embedded")
+    lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "0.620 · 0.320 [0.270, 0.370]" in lines["uniform-r64"]
+    assert "0.353 · 0.500 [0.000, 1.000]" in lines["arca-r4"]
+    assert lines["surprisal-r64"].count("· -") == 5  # not run: the paper's values alone
+    mdd = (stats.t.ppf(1 - 0.05 / 12, 2) + stats.t.ppf(0.8, 2)) * 0.01 / math.sqrt(3)
+    assert f"greedy acc {mdd:.3f}" in text and "Bonferroni alpha 0.05/6" in text
+    assert "tiny-500k on arithmetic, 3 seeds" in text
+
+
+def test_table_for_arca_prints_the_analogue_section(tmp_path):
+    out = papers.table("arca", results_dir=tmp_path)
+    assert "| uniform-r64 | 0.620 · - |" in out
+    assert "Not run yet (no results/paper-arca-embedded/report.json)" in out
+
+
+def test_the_arca_analogue_runs_the_papers_configurations():
+    """The embedded analogue: every configuration the paper's table has, on a tiny model, >= 3 seeds."""
+    sweep = pytest.importorskip("bench.run.sweep")
+    paper = paper_data.load_paper("arca")
+    loaded = sweep.load_spec(REPO / "results" / "papers" / paper.analogue)
+    assert {e.label for e in paper.results} == {r.label for r in loaded.runs}
+    assert len({r.cfg.seed for r in loaded.runs}) >= 3
+    for run in loaded.runs:
+        assert run.cfg.model.name.startswith("tiny-") and run.cfg.eval.greedy and run.cfg.model.lora.rank > 0
+        assert run.cfg.model.lora.alpha == 2 * run.cfg.model.lora.rank
