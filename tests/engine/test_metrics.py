@@ -84,3 +84,25 @@ def test_eval_summary_by_hand():
     none = PassAtK(ks=[1])
     none.update(torch.zeros(1, 2, dtype=torch.bool))
     assert math.isnan(eval_summary(none, [3, 5], [False, False], [False, False])["tokens_per_correct"])
+
+
+def test_greedy_accuracy_beside_pass_at_k():
+    """eval.greedy: one greedy completion per problem, its accuracy reported as ``greedy``."""
+    from types import SimpleNamespace
+
+    from bench.config import EvalConfig
+    from bench.engine.metrics import EvalEpoch
+
+    epoch = EvalEpoch(["t"], EvalConfig(n=2, k=[1, 2], greedy=True), samples_to_log=0)
+    epoch.start()
+    rows = [{"answer": "1"}, {"answer": "2"}]
+    sampled = SimpleNamespace(
+        correct=torch.tensor([True, False, False, False]),
+        lengths=torch.tensor([3, 3, 3, 3]),
+        truncated=torch.zeros(4, dtype=torch.bool),
+        size=4,
+    )
+    epoch.add("t", rows, sampled, [{"correct_flexible": False}] * 4)
+    epoch.add_greedy("t", SimpleNamespace(correct=torch.tensor([True, True])))
+    summary = epoch.results()["t"].summary
+    assert summary["greedy"] == 1.0 and summary["pass_at_1"] == 0.25

@@ -153,3 +153,18 @@ def test_target_as_a_share_of_the_baseline_gain():
     r2 = build_report(worse, baseline="grpo", target=0.9, budget={"samples": 200})
     assert all(r["target_pass_at_1"] is None for r in r2["rows"])
     assert "| m | fast | 1 | 0.500 | +0.300 [+0.300, +0.300] |" in markdown(r2)
+
+
+def test_the_report_carries_greedy_accuracy_and_training_means_when_runs_have_them():
+    """A run's final greedy accuracy and its training means (RunResult.train) become report metrics
+    over seeds; a row whose runs have none of them has no such metric."""
+    x = [0, 100]
+    runs = [_run("grpo", s, x, [0.2, 0.3]) for s in (0, 1)] + [_run("arca", s, x, [0.2, 0.3]) for s in (0, 1)]
+    for r, greedy, gini in zip(runs[2:], (0.5, 0.7), (0.3, 0.5)):
+        r.history[-1].eval["toy"]["greedy"] = greedy
+        r.train = {"train_reward": 0.25, "train_weight_gini": gini, "credit_gini": 0.6}
+    rows = {r["method"]: r for r in build_report(runs, baseline="grpo", target=0.9, sweep="toy")["rows"]}
+    m = rows["arca"]["metrics"]
+    assert m["greedy"]["mean"] == pytest.approx(0.6) and m["weight_gini"]["values"] == [0.3, 0.5]
+    assert m["train_reward"]["mean"] == pytest.approx(0.25) and m["credit_gini"]["mean"] == pytest.approx(0.6)
+    assert "greedy" not in rows["grpo"]["metrics"] and "weight_gini" not in rows["grpo"]["metrics"]

@@ -34,6 +34,7 @@ def result_json() -> dict:
             {"step": s, "samples": 32 * s, "tokens": 320 * s, "eval": {"arithmetic": ev, "gsm8k": ev}} for s in (0, 5)
         ],
         "credit_probe": None,
+        "train": {"train_reward": 0.3, "credit_gini": 0.4},
     }
 
 
@@ -50,10 +51,10 @@ def test_the_json_round_trips_unchanged(tmp_path):
 
 def test_older_results_without_optional_keys_load():
     data = result_json()
-    for key in ("eval_tasks", "lora_rank", "credit_probe", "tags"):
+    for key in ("eval_tasks", "lora_rank", "credit_probe", "tags", "train"):
         data.pop(key)
     r = RunResult(**data)
-    assert (r.eval_tasks, r.lora_rank, r.credit_probe, r.label) == (["arithmetic"], 0, None, "grpo")
+    assert (r.eval_tasks, r.lora_rank, r.credit_probe, r.label, r.train) == (["arithmetic"], 0, None, "grpo", {})
 
 
 @pytest.mark.parametrize(
