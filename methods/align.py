@@ -20,6 +20,11 @@ Two alignments, both returning for every token of the source whether it is *edit
 
 "Nearest" is the reference with the highest similarity 2 * matched / (|a| + |b|) (difflib's
 ``ratio`` formula, with this alignment's matches); ties go to the lowest index.
+``sibling_similarity`` gives that similarity for every pair of rows of a group.
+
+Apart from these, ``levenshtein`` is the edit-distance alignment (unit-cost insertion, deletion and
+substitution; O(|a||b|), one numpy pass per token of ``a``) of a trajectory with its revision, for
+IBPO's mask variant: the tokens it keeps unchanged.
 """
 
 from __future__ import annotations
@@ -52,11 +57,8 @@ class LCSReferences:
         k = 0
         if self.packed is not None:  # one packed pass gives the LCS length with every reference
             masks, offsets, full = self.packed
-            V = _lcs_rows(a, masks, full)[-1]
-            sims = []
-            for r, o in zip(self.refs, offsets):
-                lcs = len(r) - ((V >> o) & ((1 << len(r)) - 1)).bit_count()
-                sims.append(2 * lcs / max(len(a) + len(r), 1))
+            lcs = _lcs_lengths(_lcs_rows(a, masks, full)[-1], self.refs, offsets)
+            sims = [2 * n / max(len(a) + len(r), 1) for n, r in zip(lcs, self.refs)]
             k = max(range(len(sims)), key=lambda i: (sims[i], -i))  # ties: the lowest index
         if k not in self.single:
             self.single[k] = _bit_masks([self.refs[k]], self.alphabet)
@@ -68,6 +70,17 @@ class LCSReferences:
 def lcs_nearest(a: list[int], refs: list[list[int]]) -> tuple[int, list[bool]]:
     """``LCSReferences(refs, tokens of a).nearest(a)``."""
     return LCSReferences(refs, np.unique(np.asarray(a, dtype=np.int64))).nearest(a)
+
+
+def lcs_lengths(a: list[int], refs: list[list[int]]) -> list[int]:
+    """LCS length of ``a`` with each of ``refs``, from one packed bit-parallel pass over ``a``."""
+    masks, offsets, full = _bit_masks(refs, np.unique(np.asarray(a, dtype=np.int64)))
+    return _lcs_lengths(_lcs_rows(a, masks, full)[-1], refs, offsets)
+
+
+def _lcs_lengths(V: int, refs: list[list[int]], offsets: list[int]) -> list[int]:
+    """The LCS lengths a packed final DP row ``V`` encodes: |ref| minus its set bits in ref's slot."""
+    return [len(r) - ((V >> o) & ((1 << len(r)) - 1)).bit_count() for r, o in zip(refs, offsets)]
 
 
 def _bit_masks(seqs: list[list[int]], alphabet: np.ndarray) -> tuple[dict[int, int], list[int], int]:
@@ -180,3 +193,78 @@ def align_to_nearest(
             edited[i] = False
             edited[i, : len(matched)] = ~torch.tensor(matched, dtype=torch.bool)
     return nearest.to(ids.device), edited.to(ids.device)
+
+
+def sibling_similarity(
+    ids: Tensor, lengths: Tensor, group_ids: Tensor, sources: Tensor, alignment: Alignment
+) -> Tensor:  # [B, B]
+    """2 * matched / (|a| + |b|) of every source row a with every other row b of its group under
+    ``alignment`` (the similarity ``align_to_nearest`` maximises); -1 for the row itself, rows of
+    other groups and rows that are not sources. ids [B, T], lengths/group_ids [B], sources [B] bool."""
+    B = ids.shape[0]
+    pairs = (group_ids[:, None] == group_ids[None, :]) & sources[:, None]  # [B, B]
+    pairs &= ~torch.eye(B, dtype=torch.bool, device=ids.device)
+    sim = torch.full((B, B), -1.0, device=ids.device)
+    src, ref = pairs.nonzero(as_tuple=True)  # [P] each, sorted by (src, ref)
+    if len(src) == 0:
+        return sim
+    if alignment == "prefix_suffix":
+        p, s = common_prefix_suffix(ids[src], lengths[src], ids[ref], lengths[ref])
+        matched = p + s  # [P]
+    elif alignment == "diff":
+        seqs = [row[:n].tolist() for row, n in zip(ids.cpu(), lengths.tolist())]
+        matched_list: list[int] = []
+        for i in src.unique_consecutive().tolist():
+            matched_list += lcs_lengths(seqs[i], [seqs[j] for j in pairs[i].nonzero().flatten().tolist()])
+        matched = torch.tensor(matched_list, device=ids.device)
+    else:
+        raise ValueError(f"unknown alignment {alignment!r}; valid: {', '.join(typing.get_args(Alignment))}")
+    sim[src, ref] = 2 * matched.float() / (lengths[src] + lengths[ref]).clamp(min=1).float()
+    return sim
+
+
+def levenshtein(a: list[int], b: list[int]) -> tuple[int, list[int]]:
+    """Edit distance of ``a`` and ``b`` (unit-cost insertion, deletion, substitution) and, per
+    token of ``a``, the position in ``b`` an optimal alignment keeps it at (-1: substituted or
+    deleted).
+
+    The DP table D[i, j] (distance of a[:i] and b[:j]) is filled a row at a time in numpy: with
+    E[j] = min(D[i-1, j] + 1, D[i-1, j-1] + [a_i != b_j]) and E[0] = i, the insertion chain
+    D[i, j] = min(E[j], D[i, j-1] + 1) unrolls to  D[i, j] = j + min_{k <= j} (E[k] - k),  a
+    cumulative minimum. The traceback from (|a|, |b|) keeps equal tokens (then D[i, j] = D[i-1, j-1],
+    so keeping them is optimal), else prefers a substitution, then a deletion from ``a``, then an
+    insertion (which optimal alignment is reported when several are)."""
+    x, y = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    j = np.arange(len(y) + 1)
+    dtype = np.int16 if max(len(x), len(y)) < 2**15 else np.int32  # distances are <= max(|a|, |b|)
+    D = np.empty((len(x) + 1, len(y) + 1), dtype=dtype)
+    D[0] = j
+    for i in range(1, len(x) + 1):
+        E = np.empty(len(y) + 1, dtype=dtype)
+        E[0] = i
+        E[1:] = np.minimum(D[i - 1, 1:] + 1, D[i - 1, :-1] + (x[i - 1] != y))
+        D[i] = np.minimum.accumulate(E - j) + j
+    kept = [-1] * len(x)
+    i, k = len(x), len(y)
+    while i > 0 and k > 0:
+        if x[i - 1] == y[k - 1]:
+            kept[i - 1] = k - 1
+            i, k = i - 1, k - 1
+        elif D[i, k] == D[i - 1, k - 1] + 1:  # substitution
+            i, k = i - 1, k - 1
+        elif D[i, k] == D[i - 1, k] + 1:  # deletion of a[i-1]
+            i -= 1
+        else:  # insertion of b[k-1]
+            k -= 1
+    return int(D[-1, -1]), kept
+
+
+def levenshtein_kept(a: Tensor, len_a: Tensor, b: Tensor, len_b: Tensor) -> Tensor:  # [P, T_a] bool
+    """Per token of each row of ``a`` (right-padded ids [P, T_a], lengths [P]), whether the
+    Levenshtein alignment with the same row of ``b`` ([P, T_b], [P]) keeps it unchanged (the set U
+    of IBPO's mask variant); False on padding."""
+    out = torch.zeros(a.shape, dtype=torch.bool)
+    for r, (x, n, y, m) in enumerate(zip(a.cpu(), len_a.tolist(), b.cpu(), len_b.tolist())):
+        _, kept = levenshtein(x[:n].tolist(), y[:m].tolist())
+        out[r, :n] = torch.tensor(kept, dtype=torch.long) >= 0
+    return out.to(a.device)

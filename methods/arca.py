@@ -62,7 +62,7 @@ from bench.errors import CreditBenchError
 from bench.numerics import effective_token_ratio, gini
 from bench.registry import METHODS
 from methods.common import check_choice
-from methods.grpo import GRPO, GRPOConfig
+from methods.grpo import GRPO, EpsMode, GRPOConfig
 
 Signal = Literal["residual", "uniform", "surprisal", "entropy_reduction", "policy_divergence"]
 Scale = Literal["sum_one", "mean_one"]
@@ -84,7 +84,7 @@ class ARCAConfig(GRPOConfig):
     """The official runs have no KL term."""
     adv_eps: float = 1e-8
     """The official floor of the group std."""
-    eps_mode: Literal["add", "floor"] = "floor"
+    eps_mode: EpsMode = "floor"
     """(R - mean) / max(std, adv_eps), as the official code's clamp_min."""
     signal: Signal = "residual"
     """Token salience: residual (ARCA), or the paper's baselines uniform, surprisal, entropy_reduction,

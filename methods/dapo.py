@@ -22,32 +22,41 @@ GRPO's group-normalised advantage (eq. 9) on every token, no KL term, and four c
 verl's recipe vs the paper: the recipe adds the punishment times ``overlong_buffer.penalty_factor``
 (1.0) in its reward manager, as here; it filters groups on the per-sample ``acc`` metric with up to
 ``max_num_gen_batches`` rollout batches (10 in the 80/20 script); it adds a dual clip (ratio capped
-at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe and that is not done here.
+at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe and that is not done here; it
+has no overlong filtering (recipe/dapo/dapo_ray_trainer.py trains on truncated samples, which the
+punishment gives -1): ``overlong_filter=False`` is the recipe's behaviour.
 
 Deviations and reconstructions:
 1. The reward comes from the task's verdict (``batch.correct``): R = 2 * correct - 1; with
    ``signed_reward=False`` the task's own reward is used instead.
 2. L_cache is a fraction of this run's budget, round(overlong_buffer * max_new_tokens), the
    paper's 4096 / 20480 = 0.2, and L_max is ``max_new_tokens``; |y| counts the valid tokens.
-3. Overlong filtering zeroes the credit of truncated samples. Their tokens still count in the
-   token-mean denominator (the engine owns the mask), where masking the loss would drop them.
-4. The group std is Bessel-corrected with eps = 1e-4 (TRL, as GRPO here); verl uses 1e-6.
+3. Overlong filtering masks the loss of truncated samples, as the paper says: their tokens leave
+   the token-mean denominator (``LossOutput.mask``) and their credit is zeroed.
+   ``overlong_denominator="all"`` only zeroes the credit, so their tokens still count in the
+   denominator (this suite's earlier reading; it scales every other token's gradient down).
+4. The group std is Bessel-corrected with eps = 1e-4 added (TRL, as GRPO here); verl uses 1e-6.
+   ``std`` and ``eps_mode`` choose the other forms (methods.grpo.GroupStdConfig).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from bench.core import LossOutput, Method, MethodConfig, RolloutBatch, check
+from bench.core import LossOutput, Method, RolloutBatch, check
 from bench.registry import METHODS
-from methods.common import clipped_surrogate, group_advantage
+from methods.common import check_choice, clipped_surrogate
+from methods.grpo import GroupStdConfig, normalised_advantage
+
+OverlongDenominator = Literal["kept", "all"]
 
 
 @dataclass(frozen=True)
-class DAPOConfig(MethodConfig):
+class DAPOConfig(GroupStdConfig):
     aggregation: str = "token-mean"
     """DAPO eq. 12: token sum over the batch divided by its number of tokens."""
     kl_coef: float = 0.0
@@ -59,7 +68,10 @@ class DAPOConfig(MethodConfig):
     signed_reward: bool = True
     """Rule reward +1 correct / -1 wrong (paper); False uses the task's reward."""
     overlong_filter: bool = True
-    """Zero the credit of truncated samples (paper's overlong filtering)."""
+    """Mask the loss of truncated samples (paper's overlong filtering; verl's recipe has none)."""
+    overlong_denominator: OverlongDenominator = "kept"
+    """With overlong_filter: "kept" drops the truncated samples' tokens from the token-mean
+    denominator (the paper's masking); "all" only zeroes their credit, so they still count."""
     soft_overlong: bool = True
     """Add the soft overlong punishment of eq. 13 to the reward."""
     overlong_buffer: float = 0.2
@@ -70,8 +82,6 @@ class DAPOConfig(MethodConfig):
     """Train only on groups with mixed correctness and refill the batch (paper)."""
     max_gen_batches: int = 10
     """Most rollout batches per step while refilling (80/20 official script: 10)."""
-    adv_eps: float = 1e-4
-    """Added to the group std before dividing."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,7 +89,7 @@ class DAPOConfig(MethodConfig):
         check(0 < self.overlong_buffer < 1, f"overlong_buffer must be in (0, 1), got {self.overlong_buffer}")
         check(self.overlong_penalty >= 0, f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
         check(self.max_gen_batches >= 1, f"max_gen_batches must be >= 1, got {self.max_gen_batches}")
-        check(self.adv_eps > 0, f"adv_eps must be > 0, got {self.adv_eps}")
+        check_choice("overlong_denominator", self.overlong_denominator, OverlongDenominator)
 
 
 def soft_overlong_punishment(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:  # [B]
@@ -105,7 +115,7 @@ class DAPO(Method):
         return r
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
-        adv = group_advantage(self.reward(batch), batch.group_ids, eps=self.config.adv_eps)  # [B]
+        adv = normalised_advantage(self.config, self.reward(batch), batch.group_ids)  # [B]
         if self.config.overlong_filter:
             adv = adv * ~batch.truncated  # a cut-off answer is not evidence about its reasoning
         return adv[:, None].expand_as(batch.completion_mask).float()
@@ -123,8 +133,16 @@ class DAPO(Method):
         hits = torch.zeros(n, device=gid.device).index_add_(0, gid, batch.correct.float())  # [num_groups]
         return (hits > 0) & (hits < torch.bincount(gid, minlength=n))
 
+    def loss_mask(self, batch: RolloutBatch) -> Tensor | None:  # [B, T]
+        """The tokens the loss is aggregated over, when not every valid token: overlong filtering
+        drops the truncated samples."""
+        cfg = self.config
+        if not (cfg.overlong_filter and cfg.overlong_denominator == "kept"):
+            return None
+        return batch.completion_mask * ~batch.truncated[:, None]
+
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         cfg = self.config
         log_ratio = logprobs - batch.old_logprobs  # [B, T]
         loss, clipped = clipped_surrogate(log_ratio, credit, cfg.clip_low, cfg.clip_high)
-        return LossOutput(loss, {"clip_frac": clipped.float()})
+        return LossOutput(loss, {"clip_frac": clipped.float()}, mask=self.loss_mask(batch))

@@ -2,23 +2,31 @@
 Reinforcement Learning for LLM Reasoning" (Wang et al. 2025, arXiv 2506.01939).
 
 Vanilla DAPO (every DAPO default, dynamic sampling included) with the policy gradient restricted
-to the "forking" tokens, the top rho = 20% by entropy H_it of pi_old at the position:
+to the "forking" tokens, the top rho = 20% by entropy H_it of the policy at the position:
 
-    L = -1/sum_i |o_i| sum_i sum_t 1[H_it >= tau_rho] min(r_it A_i, clip(r_it, 0.8, 1.28) A_i)
+    K = {(i, t) : H_it >= tau_rho},    L = -1/|K| sum_{(i,t) in K} min(r_it A_i, clip(r_it, 0.8, 1.28) A_i)
 
-where tau_rho is the (1 - rho)-quantile of H over the valid tokens of the batch
-(methods.common.entropy_top_mask). The credit is zero on every other token. Training on the top
-20% matches full-gradient DAPO on Qwen3-8B and beats it on 14B/32B; the bottom 80% alone hurts.
+Training on the top 20% matches full-gradient DAPO on Qwen3-8B and beats it on 14B/32B; the
+bottom 80% alone hurts. The official code (Shenzhi-Wang/Beyond-the-80-20-Rule-RLVR, commit
+9273158: verl/workers/actor/dp_actor.py::update_policy, verl/trainer/ppo/core_algos.py) builds
+the mask in each micro-batch of the update with ``get_global_entropy_top_mask``: the
+k = ceil(rho N) highest entropies among the micro-batch's N response tokens (torch.topk, k
+written max(1, int(rho N + 0.9999))), and aggregates the loss over response_mask * mask, so the
+token-mean divides by the kept tokens. Those are the defaults here (methods.common.entropy_top_mask).
 
 Deviations and reconstructions:
-1. The quantile population defaults to the rollout batch (TRL's ``top_entropy_quantile``); the
-   official verl code takes it per micro-batch, and ``population="sequence"`` is offered too.
-2. Whether the official loss renormalises over the kept tokens is unknown [?]. ``denominator="all"``
-   (default, as TRL) keeps every valid token in the token-mean denominator; ``"selected"`` scales
-   the credit by N_valid / N_selected over the batch, which divides by the kept tokens instead
-   (exact for token-mean over the whole batch).
-   With several training processes the quantile and both counts are the global batch's.
-3. The official script's dual clip (``clip_ratio_c`` = 10) is not applied (see methods.dapo).
+1. The population is each PPO minibatch of the update, the tokens one loss() sees (gathered over
+   processes, so the selection does not depend on their number); the official one is each GPU's
+   micro-batch. ``population="batch"`` takes it once over the rollout batch (TRL's
+   ``top_entropy_quantile``), "sequence" per completion.
+2. The official mask ranks the entropies of the policy being updated (its training forward);
+   here those of the behaviour policy pi_old (the scoring pass), the same in a single on-policy
+   update but fixed over the epochs and minibatches of several.
+3. ``selection="top_k"`` keeps every token tied with the k-th entropy, where torch.topk keeps
+   exactly k; ``"quantile"`` uses TRL's (1 - rho)-quantile with linear interpolation instead.
+4. ``denominator="selected"`` aggregates over the kept tokens (``LossOutput.mask``), as the official
+   code; ``"all"`` keeps every valid token in the denominator, as TRL multiplies the loss by the mask.
+5. The official script's dual clip (``clip_ratio_c`` = 10) is not applied (see methods.dapo).
 The kept share of tokens is the engine's ``credit/nonzero_frac`` (about rho on mixed groups).
 """
 
@@ -27,31 +35,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from torch import Tensor
 
-from bench.core import RolloutBatch, check
-from bench.distributed import all_sum
+from bench.core import LossOutput, RolloutBatch, check
 from bench.registry import METHODS
-from methods.common import Population, check_choice, entropy_top_mask
+from methods.common import Population, Selection, check_choice, entropy_top_mask, stored_selection
 from methods.dapo import DAPO, DAPOConfig
 
 Denominator = Literal["all", "selected"]
+KEPT = "entropy_top_kept"  # batch.extra key: the rollout batch's selection (population "batch"/"sequence")
 
 
 @dataclass(frozen=True)
 class EntropyTopConfig(DAPOConfig):
     rho: float = 0.2
     """Fraction of valid tokens kept, the highest-entropy ones (paper: 0.2)."""
-    population: Population = "batch"
-    """Tokens the entropy quantile is taken over: the rollout "batch" (TRL) or each "sequence"."""
-    denominator: Denominator = "all"
-    """Token-mean denominator: "all" valid tokens (TRL) or the "selected" ones (official: unknown)."""
+    population: Population = "minibatch"
+    """Tokens the threshold is taken over: each PPO "minibatch" (official: per micro-batch), the
+    rollout "batch" (TRL) or each "sequence"."""
+    selection: Selection = "top_k"
+    """Threshold: the ceil(rho N)-th largest entropy ("top_k", official) or TRL's (1 - rho)-"quantile"."""
+    denominator: Denominator = "selected"
+    """Token-mean denominator: the "selected" tokens (official) or "all" valid tokens (TRL)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
         check_choice("population", self.population, Population)
+        check_choice("selection", self.selection, Selection)
         check_choice("denominator", self.denominator, Denominator)
 
 
@@ -67,14 +78,19 @@ class EntropyTop(DAPO):
 
     def top_mask(self, batch: RolloutBatch) -> Tensor:  # [B, T] bool
         cfg = self.config
-        return entropy_top_mask(batch.entropy, batch.completion_mask, cfg.rho, cfg.population)
+        return entropy_top_mask(batch.entropy, batch.completion_mask, cfg.rho, cfg.population, cfg.selection)
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
+        credit = super().credit(batch)
+        if self.config.population == "minibatch":  # chosen per minibatch in loss()
+            return credit
         keep = self.top_mask(batch)
-        credit = super().credit(batch) * keep
+        batch.extra[KEPT] = keep.to(batch.completion_mask.dtype)  # carried to the minibatches
+        return credit * keep
+
+    def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
+        keep = self.top_mask(batch) if self.config.population == "minibatch" else stored_selection(batch, KEPT)
+        out = super().loss(batch, logprobs, credit * keep)
         if self.config.denominator == "selected":
-            # token-mean divides by N_valid; this makes it a mean over the N_selected kept tokens
-            n_valid, n_kept = all_sum(torch.stack([batch.completion_mask.sum(), keep.sum()]))  # global batch
-            n_kept = n_kept.clamp(min=1)
-            credit = credit * (n_valid / n_kept)
-        return credit
+            out.mask = (batch.completion_mask if out.mask is None else out.mask) * keep
+        return out

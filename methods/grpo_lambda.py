@@ -28,8 +28,12 @@ Sources: the abstract [V]; ICLR 2026 reviews and third-party notes and re-implem
    W <- max(W, trace_floor); available, off by default.
 4. Aggregation (seq-mean-token-mean), clip eps 0.2 and KL beta 0.04 follow the third-party code;
    the paper's values are unknown.
-5. Positions are counted within the completion (0-indexed). Written out, "both" needs an L x L
-   weight matrix; methods/traces.py computes it in O(L) memory.
+5. Positions are counted within the completion, from 0 as both re-implementations do
+   (W = max(a^(t-k), a^k), so the first token keeps weight 1 at every position);
+   ``position_origin=1`` counts them from 1 as methods.md 6.3 writes the sum (k = 1..t), which
+   makes the first token's early weight a (0-indexed: W = max(a^(t-k), a^(k+1))). Only "both"
+   depends on it. Written out, "both" needs an L x L weight matrix; methods/traces.py computes it
+   in O(L) memory.
 Not to be confused with "GRPO-lambda" of Dai et al. 2025 (a length-penalty switch), with
 "lambda-GRPO" (arXiv 2510.06870, learned token preferences), nor with decaying the *advantage* as
 A (gamma lambda)^(L-1-t), which moves credit to late tokens.
@@ -67,6 +71,9 @@ class GRPOLambdaConfig(GRPOConfig):
     of eps-trace) or each token's log-ratio before tracing ("token_ratio")."""
     trace_floor: float = 0.0
     """W <- max(W, trace_floor): the allenact re-implementation's reading of eps; 0 disables it."""
+    position_origin: int = 0
+    """Index of the first completion token in the "both" weights a^k (0, both re-implementations;
+    1, methods.md's k = 1..t)."""
     neg_adv_clamp: float | None = -0.1
     """Negative advantages are raised to this value (-0.1, needed for stability [S]); None
     keeps GRPO's advantage."""
@@ -78,6 +85,7 @@ class GRPOLambdaConfig(GRPOConfig):
         check_choice("trace style", self.style, Style)
         check_choice("clip_target", self.clip_target, ClipTarget)
         check(0 <= self.trace_floor < 1, f"trace_floor must be in [0, 1), got {self.trace_floor}")
+        check(self.position_origin in (0, 1), f"position_origin must be 0 or 1, got {self.position_origin}")
         check(
             self.neg_adv_clamp is None or self.neg_adv_clamp <= 0,
             f"neg_adv_clamp must be <= 0 or None, got {self.neg_adv_clamp}",
@@ -99,13 +107,13 @@ class GRPOLambda(GRPO):
         cfg = self.config
         a, eps = cfg.gamma * cfg.lam, cfg.clip_eps
         log_ratio = (logprobs - batch.old_logprobs) * batch.completion_mask  # [B, T]; 0 on padding
-        z = trace_log_ratio(log_ratio, a, cfg.style, cfg.trace_floor)  # [B, T]
+        z = trace_log_ratio(log_ratio, a, cfg.style, cfg.trace_floor, cfg.position_origin)  # [B, T]
         if cfg.clip_target == "traced_ratio":
             loss, clipped = clipped_surrogate(z, credit, eps, eps)
         else:
             bounded = log_ratio.clamp(math.log(1 - eps), math.log(1 + eps))
             obj = torch.exp(z) * credit  # [B, T]
-            z_bounded = trace_log_ratio(bounded, a, cfg.style, cfg.trace_floor)  # [B, T]
+            z_bounded = trace_log_ratio(bounded, a, cfg.style, cfg.trace_floor, cfg.position_origin)  # [B, T]
             obj_bounded = torch.exp(z_bounded) * credit
             loss, clipped = -torch.minimum(obj, obj_bounded), obj_bounded < obj
         return LossOutput(loss, {"clip_frac": clipped.float(), "trace_log_ratio": z.detach()})

@@ -15,8 +15,14 @@ gradient when A_it = A_i, and allows per-token advantages.
 
 Here the sequence loss is placed on each valid token and averaged with ``seq-mean-token-mean``,
 which gives exactly the sequence mean above. A is the GRPO group-normalised advantage.
-Deviations: 1. the paper omits the KL term (beta = 0 here); 2. verl clamps the sequence
-log-ratio at 10, which is not done here (it only matters far outside the clip range).
+Deviations and implementation choices:
+1. The paper omits the KL term (beta = 0 here).
+2. verl (core_algos.py::compute_policy_loss_gspo) clamps the log of the GSPO-token ratio,
+   sg[log s_i] + log pi - sg[log pi] (value log s_i), from above at 10 before exponentiating;
+   TRL (importance_sampling_level="sequence") and the paper do not. ``log_ratio_max`` = 10 does
+   verl's clamp on log s_i (the same value and, beyond the bound, the same zero gradient in both
+   forms); the default None does not clamp. It only matters far outside the clip range, where a
+   negative advantage takes the unclipped term: the clamp then removes that row's gradient.
 """
 
 from __future__ import annotations
@@ -44,15 +50,26 @@ class GSPOConfig(GroupAdvantageConfig):
     """Lower clip range of the sequence ratio (paper: 3e-4)."""
     clip_high: float = 4e-4
     """Upper clip range of the sequence ratio (paper: 4e-4)."""
+    log_ratio_max: float | None = None
+    """log s_i is clamped from above at this value (verl: 10); None, as the paper and TRL, does not."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 < self.clip_low < 1 and self.clip_high > 0, "GSPO needs 0 < clip_low < 1 and clip_high > 0")
+        check(
+            self.log_ratio_max is None or self.log_ratio_max > 0,
+            f"log_ratio_max must be > 0 or None, got {self.log_ratio_max}",
+        )
 
 
 def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:  # [B]
     """log s_i = mean over valid tokens of log pi - log pi_old."""
     return masked_mean(logprobs - old_logprobs, mask, dim=-1)
+
+
+def bounded(log_ratio: Tensor, bound: float | None) -> Tensor:
+    """verl's clamp of a GSPO log-ratio from above (none when ``bound`` is None)."""
+    return log_ratio if bound is None else log_ratio.clamp(max=bound)
 
 
 @METHODS.register("gspo")
@@ -63,7 +80,7 @@ class GSPO(GRPO):
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         mask = batch.completion_mask
-        log_s = sequence_log_ratio(logprobs, batch.old_logprobs, mask)  # [B]
+        log_s = bounded(sequence_log_ratio(logprobs, batch.old_logprobs, mask), self.config.log_ratio_max)  # [B]
         adv = credit[:, 0]  # outcome advantage: the same on every token
         loss, clipped = clipped_surrogate(log_s, adv, self.config.clip_low, self.config.clip_high)  # [B]
         shape = mask.shape
@@ -79,5 +96,6 @@ class GSPOToken(GSPO):
         mask = batch.completion_mask
         log_s = sequence_log_ratio(logprobs, batch.old_logprobs, mask).detach()  # [B]
         log_ratio = log_s[:, None] + logprobs - logprobs.detach()  # [B, T]: value log s_i, gradient of log pi_t
+        log_ratio = bounded(log_ratio, self.config.log_ratio_max)
         loss, clipped = clipped_surrogate(log_ratio, credit, self.config.clip_low, self.config.clip_high)
         return LossOutput(loss, {"clip_frac": clipped.float()})

@@ -8,22 +8,33 @@ trace of earlier log-ratios l_k = log pi(y_k) - log pi_old(y_k) (the "approximat
 importance weights" of the summaries) and keeps the trust region on the current token ("partial
 trust region preservation"):
 
-    log_hist_t = sum_{k<t} lam^(t-k) l_k,          h_t = exp(clamp(log_hist_t, log(1-c), log(1+c)))
-    "current_token": L_t = -min(r_t h_t A_i, clip(r_t, 1-eps_l, 1+eps_h) h_t A_i)
-    "full_traced":   L_t = -min(rho_t A_i, clip(rho_t, 1-eps_l, 1+eps_h) A_i),   rho_t = r_t h_t
+    log_hist_t = sum_{k<t} lam^(t-k) l_k,    h_t = exp(clamp(log_hist_t, log(1-c), log(1+c))),    rho_t = r_t h_t
+    "current_token":          L_t = -min(rho_t A_i, clip(r_t, 1-eps_l, 1+eps_h) A_i)
+    "current_token_weighted": L_t = -min(rho_t A_i, clip(r_t, 1-eps_l, 1+eps_h) h_t A_i)
+    "full_traced":            L_t = -min(rho_t A_i, clip(rho_t, 1-eps_l, 1+eps_h) A_i)
 
-with A_i GRPO's group-normalised advantage. With ``weights="uniform"`` every token of the
-completion (current, past and future) has weight 1/L_i, so log rho_t = mean_k l_k = log s_i,
-GSPO's sequence ratio, for every t (the current part is l_t / L_i, the history the rest): with
-"full_traced" and no history clip this is GSPO exactly, the paper's claim that GSPO is the
-uniform-credit case. With lam = 0 and the decay weights, P-trace is GRPO's token surrogate.
+with A_i GRPO's group-normalised advantage. "current_token" is methods.md 7.2's pseudocode: the
+history multiplies the unclipped term only, so the min is PPO's pessimistic bound with the trust
+region on r_t alone -- where the traced ratio would push past clip(r_t) A the clipped term caps
+the objective and the history gets no gradient from that token. "current_token_weighted" makes
+h_t an importance weight on the whole token surrogate, -h_t min(r_t A, clip(r_t) A), so a token
+can gain up to (1+eps_h) h_t A through its history. At a tie of the two terms (on policy, every
+l = 0) the unclipped term is taken, as PPO's inside the trust region, so the history gets its
+full gradient (torch.minimum would split it in half); the three readings then agree.
+With ``weights="uniform"`` every token of the completion (current, past and future) has weight
+1/L_i, so log rho_t = mean_k l_k = log s_i, GSPO's sequence ratio, for every t (the current part
+is l_t / L_i, the history the rest): with "full_traced" and no history clip this is GSPO exactly,
+the paper's claim that GSPO is the uniform-credit case. With lam = 0 and the decay weights,
+P-trace is GRPO's token surrogate.
 
 Reconstructions and open choices (all [R]; the paper's values are unknown):
-1. The trace form, the reading of "partial trust region" (clip on r_t only) and the bounded
-   history h_t in [1-c, 1+c]. With ``hist_clip=None`` and "current_token" the trust region is
-   only partial: h_t is unbounded and can drift far from 1 over a long completion.
-2. Gradient flows through h_t into earlier tokens (an eligibility trace), also where r_t itself
-   is clipped; ``detach_history`` makes h_t a fixed importance weight instead.
+1. The trace form, the reading of "partial trust region" (clip on r_t only; ``clip_target``
+   chooses among the three forms above, default methods.md's "current_token") and the bounded
+   history h_t in [1-c, 1+c]. With ``hist_clip=None`` and a current-token clip the trust region
+   is only partial: h_t is unbounded and can drift far from 1 over a long completion.
+2. Gradient flows through h_t into earlier tokens (an eligibility trace) wherever the term that
+   holds h_t is taken (with "current_token_weighted" also where r_t itself is clipped);
+   ``detach_history`` makes h_t a fixed importance weight instead.
 3. lam = 0.95, the middle of the suggested sweep {0.9, 0.95, 0.99, 1.0}; clip 0.2/0.2 (PPO).
 4. Aggregation seq-mean-token-mean and no KL term, as GSPO (the uniform special case).
 """
@@ -34,6 +45,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import Tensor
 
 from bench.core import LossOutput, RolloutBatch, check
@@ -43,7 +55,7 @@ from methods.grpo import GRPO, GroupAdvantageConfig
 from methods.traces import Distance, history_log_ratio
 
 Weights = Literal["decay", "uniform"]
-ClipTarget = Literal["current_token", "full_traced"]
+ClipTarget = Literal["current_token", "current_token_weighted", "full_traced"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +73,9 @@ class PTraceConfig(GroupAdvantageConfig):
     detach_history: bool = False
     """True: h_t is a fixed importance weight; False: gradient flows into earlier tokens."""
     clip_target: ClipTarget = "current_token"
-    """Where the clip acts: the current token's ratio only ("current_token", the partial trust
-    region) or the whole traced ratio rho_t ("full_traced")."""
+    """Where the clip acts: on the current token's ratio r_t, the history only in the unclipped
+    term ("current_token", methods.md 7.2) or in both terms ("current_token_weighted"); or on the
+    whole traced ratio rho_t ("full_traced")."""
     hist_clip: float | None = 0.2
     """h_t is clamped to [1-c, 1+c] (0.2, as the token clip); None leaves the history unbounded."""
     clip_low: float = 0.2
@@ -128,7 +141,13 @@ class PTrace(GRPO):
             history = history.clamp(lo, hi)
         if cfg.detach_history:
             history = history.detach()
-        if cfg.clip_target == "current_token":  # h_t > 0 scales A without changing its sign
+        if cfg.clip_target == "current_token":
+            ratio, hist = current.exp(), history.exp()  # [B, T]: r_t, h_t
+            unclipped = ratio * hist * credit  # rho_t A
+            bounded = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * credit  # clip(r_t) A
+            clipped = bounded < unclipped  # a tie takes the unclipped term (full gradient to the history)
+            loss = -torch.where(clipped, bounded, unclipped)
+        elif cfg.clip_target == "current_token_weighted":  # h_t > 0 scales A without changing its sign
             weighted = credit * history.exp()  # [B, T]
             loss, clipped = clipped_surrogate(current, weighted, cfg.clip_low, cfg.clip_high)
         else:

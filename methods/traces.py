@@ -4,8 +4,8 @@ A trace turns the token log-ratios l_k = log pi(y_k) - log pi_old(y_k) of one co
 weighted sums z_t = sum_{k<=t} W_{t,k} l_k. Writing W as a [T, T] matrix costs 1 GiB per
 sequence at T = 16k, so every weight pattern used here is decomposed into a discounted cumulative
 sum (chunked, below), plain prefix sums and gathers at per-position indices. Positions are
-0-indexed within the completion; callers multiply l by the completion mask first, so padding
-contributes nothing.
+0-indexed within the completion (GRPO-lambda's "both" weights can count them from 1, ``origin``);
+callers multiply l by the completion mask first, so padding contributes nothing.
 """
 
 from __future__ import annotations
@@ -74,25 +74,27 @@ def floor_horizon(decay: float, floor: float, T: int) -> int:
     return min(max(K, 0), T)
 
 
-def trace_log_ratio(l: Tensor, decay: float, style: Style = "recent", floor: float = 0.0) -> Tensor:
+def trace_log_ratio(l: Tensor, decay: float, style: Style = "recent", floor: float = 0.0, origin: int = 0) -> Tensor:
     """GRPO-lambda's traced log-ratio z_t = sum_{k<=t} W_{t,k} l_k: [B, T] -> [B, T], with
 
-        "recent": W_{t,k} = a^(t-k)        "both": W_{t,k} = max(a^(t-k), a^k)      (a = decay)
+        "recent": W_{t,k} = a^(t-k)        "both": W_{t,k} = max(a^(t-k), a^(k+o))      (a = decay)
 
-    and optionally W <- max(W, floor). For "both" the max switches at k = t/2 (early tokens,
-    k <= h_t = floor(t/2), take a^k); a^d >= floor exactly for d <= K. So the tokens up to t split
-    into an early run [0, e] weighted a^k (e = min(h_t, K); empty for "recent"), a recent run
-    [j, t] weighted a^(t-k) (j = max(h_t + 1, t - K)) and a floored middle (e, j) weighted floor.
+    and optionally W <- max(W, floor); o = ``origin`` is the index of the first token in the
+    paper's position count (0 or 1: with 1 the first token's early weight is a, not 1). For "both"
+    the max switches at k = (t - o)/2 (early tokens, k <= h_t = floor((t - o)/2), take a^(k+o));
+    a^d >= floor exactly for d <= K. So the tokens up to t split into an early run [0, e] weighted
+    a^(k+o) (e = min(h_t, K - o); empty for "recent"), a recent run [j, t] weighted a^(t-k)
+    (j = max(h_t + 1, t - K)) and a floored middle (e, j) weighted floor.
     """
     T = l.shape[-1]
     t = torch.arange(T, device=l.device)
     K = floor_horizon(decay, floor, T)
-    h = t // 2 if style == "both" else torch.full_like(t, -1)  # last index of the early run
-    e, j = h.clamp(max=K), torch.maximum(h + 1, t - K)  # [T]
+    h = torch.div(t - origin, 2, rounding_mode="floor") if style == "both" else torch.full_like(t, -1)
+    e, j = h.clamp(max=K - origin), torch.maximum(h + 1, t - K)  # [T]
     y = discounted_cumsum(l, decay)  # [B, T]
     z = y - _powers(decay, t - j + 1, l) * _at(y, j)  # recent run: y_t - a^(t-j+1) y_{j-1}
     if style == "both":
-        early = torch.cumsum(l * _powers(decay, t, l), -1)  # [B, T]: sum_{k<=s} a^k l_k
+        early = torch.cumsum(l * _powers(decay, t + origin, l), -1)  # [B, T]: sum_{k<=s} a^(k+o) l_k
         z = z + _at(early, e + 1)
     if K < T:
         prefix = torch.cumsum(l, -1)  # [B, T]

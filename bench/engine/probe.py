@@ -69,7 +69,8 @@ def credit_map(
         credit = method.credit(batch)
         s = forward(policy, batch, rl, with_entropy=False)
         out = method.loss(batch, s.logprobs, credit)
-        loss = aggregate(out.loss, batch.completion_mask, method.config.aggregation, max_len=batch.max_new_tokens)
+        mask = batch.completion_mask if out.mask is None else out.mask  # the tokens the loss is taken over
+        loss = aggregate(out.loss, mask, method.config.aggregation, max_len=batch.max_new_tokens)
         grad = torch.autograd.grad(loss, s.logprobs, allow_unused=True)[0]
     grad = torch.zeros_like(s.logprobs) if grad is None else grad
     valid = batch.completion_mask[row].bool()

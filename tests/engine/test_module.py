@@ -232,7 +232,13 @@ def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
     rl = RLConfig(steps=3, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
     task = FirstCharIsDigit()
     module = RLVRModule(
-        model, tok, Recording(IBPOConfig(repair=True, kl_coef=0.0)), task, "arithmetic", rl, EvalConfig(num_problems=4)
+        model,
+        tok,
+        Recording(IBPOConfig(mode="diff_credit", repair=True, kl_coef=0.0)),
+        task,
+        "arithmetic",
+        rl,
+        EvalConfig(num_problems=4),
     )
     rows = fit_rows(module, task.inner, rl, 3)
     repaired = [int(b.extra["repair"].sum()) for b in seen]
@@ -241,3 +247,30 @@ def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
         assert b.size == 16 + n and b.old_logprobs.shape == b.completion_ids.shape
     assert module.samples == 3 * 16 + sum(repaired)
     assert [r["train/batch_size"] for r in rows] == [16 + n for n in repaired]
+
+
+def test_ibpo_shaping_revises_through_the_real_sampler(policy_dir):
+    """IBPO's default mode on the real engine: every incorrect row (each has siblings) is revised by
+    the policy through Sampler.generate, counted in the sample budget; the verdicts reach credit()
+    per row, and the revisions are not trained on (the batch keeps its size)."""
+    from methods.ibpo import IBPO, IBPOConfig
+
+    seen = []
+
+    class Recording(IBPO):
+        def credit(self, batch):
+            seen.append(batch)
+            return super().credit(batch)
+
+    model, tok = load_policy(policy_dir)
+    rl = RLConfig(steps=2, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
+    task = FirstCharIsDigit()
+    module = RLVRModule(
+        model, tok, Recording(IBPOConfig(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig(num_problems=4)
+    )
+    rows = fit_rows(module, task.inner, rl, 2)
+    revised = [int(b.extra["revisions"].sum()) for b in seen]
+    assert [b.size for b in seen] == [16, 16] and [r["train/batch_size"] for r in rows] == [16, 16]
+    assert revised == [int((~b.correct).sum()) for b in seen] and sum(revised) > 0
+    assert all((b.extra["revisions_correct"] <= b.extra["revisions"]).all() for b in seen)
+    assert module.samples == 2 * 16 + sum(revised)

@@ -64,8 +64,48 @@ def test_overlong_filter_zeroes_truncated_rows():
     assert torch.all(on[1:3] == 0) and torch.all(off[1:3] != 0)
     assert torch.equal(on[[0, 3]], off[[0, 3]])
     lp = batch.old_logprobs.clone().requires_grad_()
-    aggregate(DAPO().loss(batch, lp, on).loss, batch.completion_mask, "token-mean").backward()
+    out = DAPO().loss(batch, lp, on)
+    aggregate(out.loss, out.mask, "token-mean").backward()
     assert torch.all(lp.grad[1:3] == 0) and torch.all(lp.grad[0, :3] != 0)
+    assert DAPO(DAPOConfig(overlong_filter=False)).loss(batch, lp, off).mask is None
+
+
+def test_overlong_filter_denominator_hand_worked():
+    """Correct [T, F, T, F], lengths [2, 4, 3, 4], the last truncated; no soft punishment.
+    R = [1, -1, 1, -1]: mean 0, unbiased std sqrt(4/3) = 1.15470, A = +-1 / (1.15470 + 1e-4)
+    = +-0.86596 = +-a; the truncated row's credit is 0. On policy the loss is -A per token:
+    token sum over the kept rows -2a + 4a - 3a = -a.
+    "kept" (paper: the truncated row's loss is masked): LossOutput.mask drops its 4 tokens, so
+    token-mean = -a / 9 and a token of row 0 gets gradient -a / 9.
+    "all" (credit zeroed only): every valid token counts, -a / 13 and -a / 13."""
+    batch = make_batch([True, False, True, False], [0] * 4, [2, 4, 3, 4], 100, truncated=[False, False, False, True])
+    a = 1 / (math.sqrt(4 / 3) + 1e-4)
+    for denominator, n in (("kept", 9), ("all", 13)):
+        m = DAPO(DAPOConfig(soft_overlong=False, overlong_denominator=denominator))
+        credit = m.credit(batch)
+        assert credit[:, 0].tolist() == pytest.approx([a, -a, a, 0.0], abs=1e-6)
+        lp = batch.old_logprobs.clone().requires_grad_()
+        out = m.loss(batch, lp, credit)
+        mask = batch.completion_mask if out.mask is None else out.mask
+        assert int(mask.sum()) == n
+        total = aggregate(out.loss, mask, m.config.aggregation)
+        assert float(total.detach()) == pytest.approx(-a / n, abs=1e-6)
+        total.backward()
+        assert float(lp.grad[0, 0]) == pytest.approx(-a / n, abs=1e-6)
+
+
+def test_group_std_options_reach_the_credit():
+    """Rewards [1, 1, -1, -1] (no shaping at budget 100): deviations +-1; unbiased std
+    sqrt(4/3) = 1.15470, biased 1. A = 1 / (1.15470 + 1e-4) = 0.86596 (default), 1 / (1 + 1e-4)
+    = 0.99990 (biased), 1 / max(1, 1e-4) = 1 (biased, floor)."""
+    batch = make_batch([True, True, False, False], [0] * 4, [3] * 4, 100)
+    for options, a in (
+        ({}, 1 / (math.sqrt(4 / 3) + 1e-4)),
+        ({"std": "biased"}, 1 / (1 + 1e-4)),
+        ({"std": "biased", "eps_mode": "floor"}, 1.0),
+    ):
+        credit = DAPO(DAPOConfig(**options)).credit(batch)
+        assert credit[:, 0].tolist() == pytest.approx([a, a, -a, -a], abs=1e-6), options
 
 
 def test_keep_groups_hand_worked():
@@ -132,6 +172,7 @@ def test_paper_defaults_and_validation():
     assert (cfg.aggregation, cfg.kl_coef, cfg.clip_low, cfg.clip_high) == ("token-mean", 0.0, 0.2, 0.28)
     assert (cfg.signed_reward, cfg.overlong_filter, cfg.soft_overlong, cfg.dynamic_sampling) == (True,) * 4
     assert (cfg.overlong_buffer, cfg.overlong_penalty, cfg.max_gen_batches) == (0.2, 1.0, 10)
+    assert (cfg.overlong_denominator, cfg.std, cfg.eps_mode, cfg.adv_eps) == ("kept", "unbiased", "add", 1e-4)
     assert DAPO(cfg).required == frozenset()
     with pytest.raises(CreditBenchError, match="overlong_buffer"):
         DAPOConfig(overlong_buffer=1.5)
@@ -139,3 +180,5 @@ def test_paper_defaults_and_validation():
         DAPOConfig(clip_low=0.0)
     with pytest.raises(CreditBenchError, match="max_gen_batches"):
         DAPOConfig(max_gen_batches=0)
+    with pytest.raises(CreditBenchError, match="kept, all"):
+        DAPOConfig(overlong_denominator="some")

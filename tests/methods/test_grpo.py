@@ -37,17 +37,42 @@ def test_group_advantage_hand_worked():
     assert group_advantage(rewards, groups, scale=False).tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 0, 0])
 
 
+def test_group_std_estimator_and_eps_hand_worked():
+    """Group [1, 0, 0, 1]: deviations +-0.5; unbiased std 0.57735, biased sqrt(4 * 0.25 / 4) = 0.5.
+    std + eps: 0.5 / (0.5 + 1e-4) = 0.99980 (biased); max(std, eps): 0.5 / 0.5 = 1 (biased),
+    0.5 / 0.57735 = 0.86603 (unbiased). With eps = 0.8 the floor binds: 0.5 / max(0.57735, 0.8)
+    = 0.625, where adding gives 0.5 / 1.37735 = 0.36302. A group of one has std 0 either way."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 0, 0, 1])
+    sign = torch.tensor([1.0, -1.0, -1.0, 1.0])
+    assert group_mean_std(rewards, groups, unbiased=False)[1].tolist() == pytest.approx([0.5] * 4 + [0.0])
+    assert group_mean_std(rewards, groups)[1].tolist() == pytest.approx([math.sqrt(1 / 3)] * 4 + [0.0])
+    for kwargs, a in [
+        ({"unbiased": False}, 0.5 / (0.5 + 1e-4)),
+        ({"unbiased": False, "floor": True}, 1.0),
+        ({"floor": True}, 0.5 / math.sqrt(1 / 3)),
+        ({"eps": 0.8, "floor": True}, 0.625),
+        ({"eps": 0.8}, 0.5 / (math.sqrt(1 / 3) + 0.8)),
+    ]:
+        adv = group_advantage(rewards, groups, **kwargs)
+        assert adv.tolist() == pytest.approx((a * sign).tolist() + [0.0], abs=1e-6), kwargs
+    m = GRPO(GRPOConfig(std="biased", eps_mode="floor"))
+    credit = m.credit(make_batch(rewards[:4].tolist(), [0] * 4))
+    assert credit[:, 0].tolist() == pytest.approx(sign.tolist())
+
+
 def test_group_stats_loop_vs_vectorised():
     torch.manual_seed(0)
     for _ in range(5):
         G, n = int(torch.randint(2, 6, ())), int(torch.randint(1, 5, ()))
         rewards = torch.rand(G * n)
         groups = torch.arange(n).repeat_interleave(G)[torch.randperm(G * n)]
-        mean, std = group_mean_std(rewards, groups)
-        for i in range(G * n):
-            same = rewards[groups == groups[i]]
-            assert mean[i] == pytest.approx(float(same.mean()), abs=1e-6)
-            assert std[i] == pytest.approx(float(same.std()), abs=1e-6)
+        for unbiased in (True, False):
+            mean, std = group_mean_std(rewards, groups, unbiased)
+            for i in range(G * n):
+                same = rewards[groups == groups[i]]
+                assert mean[i] == pytest.approx(float(same.mean()), abs=1e-6)
+                assert std[i] == pytest.approx(float(same.std(unbiased=unbiased)), abs=1e-6)
 
 
 def test_clipped_surrogate_hand_worked():
@@ -87,6 +112,7 @@ def test_grpo_loss_hand_worked():
 def test_grpo_paper_defaults_and_validation():
     cfg = GRPOConfig()
     assert (cfg.aggregation, cfg.kl_coef, cfg.clip_eps) == ("seq-mean-token-mean", 0.04, 0.2)
+    assert (cfg.scale_rewards, cfg.adv_eps, cfg.std, cfg.eps_mode) == (True, 1e-4, "unbiased", "add")
     assert "ref_logprobs" in GRPO(cfg).required
     assert "ref_logprobs" not in GRPO(GRPOConfig(kl_coef=0.0)).required
     from bench.errors import CreditBenchError
@@ -95,6 +121,10 @@ def test_grpo_paper_defaults_and_validation():
         GRPOConfig(clip_eps=1.5)
     with pytest.raises(CreditBenchError, match="token-mean"):
         GRPOConfig(aggregation="mean")
+    with pytest.raises(CreditBenchError, match="unbiased, biased"):
+        GRPOConfig(std="population")
+    with pytest.raises(CreditBenchError, match="add, floor"):
+        GRPOConfig(eps_mode="max")
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo"])

@@ -49,6 +49,19 @@ def test_both_trace_hand_worked():
     assert out.loss[1].tolist() == pytest.approx([0.08] * 3)
 
 
+def test_position_origin_hand_worked():
+    """ "both", a = 0.5, positions counted from 1: W = max(a^(t-k), a^(k+1)) = [[1], [.5, 1],
+    [.5, .5, 1]]. Seq 0: z = [0.1, 0.25, 0.05] -> rho = [1.10517, 1.28403 -> 1.2, 1.05127].
+    Seq 1: z = [-0.3, -0.15, -0.15] -> rho = [0.74082 -> 0.8 (A < 0), 0.86071, 0.86071], A = -0.1.
+    "recent" is the same for either origin."""
+    _, out, _, _ = hand_loss(GRPOLambdaConfig(lam=0.5, style="both", position_origin=1))
+    assert out.stats["trace_log_ratio"][0].tolist() == pytest.approx([0.1, 0.25, 0.05])
+    assert out.loss[0].tolist() == pytest.approx([-A * math.exp(0.1), -A * 1.2, -A * math.exp(0.05)])
+    assert out.loss[1].tolist() == pytest.approx([0.08, 0.1 * math.exp(-0.15), 0.1 * math.exp(-0.15)])
+    recent = [hand_loss(GRPOLambdaConfig(lam=0.5, position_origin=o))[1].loss for o in (0, 1)]
+    assert torch.equal(recent[0], recent[1])
+
+
 def test_trace_floor_and_token_ratio_clip_hand_worked():
     """Floor 0.3 (a = 0.5, recent): W[2, 0] = max(0.25, 0.3) -> z_2 = -0.1 + 0.1 + 0.03 = 0.03.
     clip_target "token_ratio": l is clamped to [log 0.8, log 1.2] = [-0.22314, 0.18232] before
@@ -76,7 +89,7 @@ def test_on_policy_gradient_is_the_trace_sum():
     assert torch.allclose(logprobs.grad, torch.stack([-A * trace, 0.1 * trace]), atol=1e-6)
 
 
-def loop_loss(l, mask, adv, a, style, floor, eps, clip_target):  # [B, T], token by token
+def loop_loss(l, mask, adv, a, style, floor, eps, clip_target, origin=0):  # [B, T], token by token
     """GRPO-lambda's per-token loss written straight from the equations."""
     B, T = l.shape
     rows = []
@@ -85,7 +98,7 @@ def loop_loss(l, mask, adv, a, style, floor, eps, clip_target):  # [B, T], token
         for t in range(T):
             z, zb = 0.0, 0.0
             for k in range(t + 1):
-                w = a ** (t - k) if style == "recent" else max(a ** (t - k), a**k)
+                w = a ** (t - k) if style == "recent" else max(a ** (t - k), a ** (k + origin))
                 w = max(w, floor) * mask[i, k]
                 z = z + w * l[i, k]
                 zb = zb + w * l[i, k].clamp(math.log(1 - eps), math.log(1 + eps))
@@ -108,7 +121,10 @@ def test_loop_versus_vectorised():
     for style, clip_target, floor, lam in itertools.product(
         ["recent", "both"], ["traced_ratio", "token_ratio"], [0.0, 0.4], [0.6, 1.0]
     ):
-        cfg = GRPOLambdaConfig(lam=lam, gamma=0.9, style=style, clip_target=clip_target, trace_floor=floor)
+        origin = int(lam == 1.0)
+        cfg = GRPOLambdaConfig(
+            lam=lam, gamma=0.9, style=style, clip_target=clip_target, trace_floor=floor, position_origin=origin
+        )
         m = GRPOLambda(cfg)
         credit = m.credit(batch)
         grads = []
@@ -118,7 +134,7 @@ def test_loop_versus_vectorised():
                 loss = m.loss(batch, logprobs, credit).loss
             else:
                 l = logprobs - batch.old_logprobs
-                loss = loop_loss(l, mask, credit[:, 0], 0.9 * lam, style, floor, cfg.clip_eps, clip_target)
+                loss = loop_loss(l, mask, credit[:, 0], 0.9 * lam, style, floor, cfg.clip_eps, clip_target, origin)
             aggregate(loss, batch.completion_mask, cfg.aggregation).backward()
             grads.append((loss * mask).detach())
             grads.append(logprobs.grad)
@@ -136,6 +152,7 @@ def test_defaults_and_validation():
         0.0,
     )
     assert (cfg.clip_eps, cfg.neg_adv_clamp, cfg.aggregation, cfg.kl_coef) == (0.2, -0.1, "seq-mean-token-mean", 0.04)
+    assert cfg.position_origin == 0
     batch = make_batch([1.0, 0.0], [0, 0])
     credit = GRPOLambda(GRPOLambdaConfig(neg_adv_clamp=None)).credit(batch)
     assert credit[:, 0].tolist() == pytest.approx([A, -A])
@@ -147,3 +164,5 @@ def test_defaults_and_validation():
         GRPOLambdaConfig(lam=1.5)
     with pytest.raises(CreditBenchError, match="neg_adv_clamp"):
         GRPOLambdaConfig(neg_adv_clamp=0.1)
+    with pytest.raises(CreditBenchError, match="position_origin must be 0 or 1"):
+        GRPOLambdaConfig(position_origin=2)

@@ -102,6 +102,25 @@ def test_gspo_objective_loop_vs_vectorised():
     assert float(got) == pytest.approx(total / B, rel=1e-5, abs=1e-7)
 
 
+def test_log_ratio_clamp_hand_worked():
+    """Rewards [1, 0]: A = +-0.70700 = +-a. Seq 1 (A < 0) has log-ratios [12, 12, 12], log s = 12:
+    far above the clip, but A < 0 takes the unclipped term, loss = e^12 a with gradient e^12 a / 3
+    per token / 2 sequences. verl's clamp (log_ratio_max = 10) caps log s at 10: loss e^10 a and no
+    gradient, in the sequence and the token form alike. Seq 0 (ratio 1) is untouched."""
+    a = 0.5 / (math.sqrt(0.5) + 1e-4)
+    batch = make_batch([1.0, 0.0], [0, 0])
+    shift = torch.tensor([[0.0] * 3, [12.0] * 3])
+    for cls in (GSPO, GSPOToken):
+        for bound, value, grad in ((None, math.exp(12), math.exp(12) * a / 6), (10.0, math.exp(10), 0.0)):
+            m = cls(GSPOConfig(log_ratio_max=bound))
+            lp = (batch.old_logprobs + shift).requires_grad_()
+            out = m.loss(batch, lp, m.credit(batch))
+            assert out.loss[1].tolist() == pytest.approx([value * a] * 3, rel=1e-5)
+            aggregate(out.loss, batch.completion_mask, m.config.aggregation).backward()
+            assert lp.grad[1].tolist() == pytest.approx([grad] * 3, rel=1e-5)
+            assert lp.grad[0].tolist() == pytest.approx([-a / 6] * 3)
+
+
 def test_config_shares_grpo_advantage_fields():
     """GSPO's config derives from GroupAdvantageConfig (what GRPO.credit reads), not GRPOConfig:
     it has no clip_eps, and its advantage fields are checked as GRPO's are."""
@@ -114,3 +133,6 @@ def test_config_shares_grpo_advantage_fields():
         build_config(GSPOConfig, {"clip_eps": 0.2}, "method 'gspo'")
     with pytest.raises(CreditBenchError, match="adv_eps must be > 0"):
         GSPOConfig(adv_eps=0.0)
+    with pytest.raises(CreditBenchError, match="log_ratio_max"):
+        GSPOConfig(log_ratio_max=0.0)
+    assert GSPOConfig().log_ratio_max is None

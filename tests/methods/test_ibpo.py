@@ -1,20 +1,20 @@
 import dataclasses
-import random
 
 import pytest
 import torch
 from test_contract import random_batch
 
 from bench.core import RolloutBatch
+from bench.engine.policy import CHARS
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate
-from methods.align import align_to_nearest, lcs_nearest
 from methods.common import group_advantage
-from methods.grpo import GRPOConfig
-from methods.ibpo import IBPO, IBPOConfig
+from methods.grpo import GRPO, GRPOConfig
+from methods.ibpo import IBPO, IBPOConfig, revision_pairs
 
 A2 = 0.5 / (0.5**0.5 + 1e-4)  # rewards [0, 1]: mean 0.5, std sqrt(0.5), A = +-0.70700
 A4 = 0.25 / (0.5 + 1e-4)  # rewards [0, 1, 0, 0]: mean 0.25, std sqrt(0.75 / 3) = 0.5; wrong rows get -A4
+DIFF = IBPOConfig(mode="diff_credit")  # the earlier reconstruction
 
 
 def batch_of(seqs, rewards, groups=None):
@@ -42,10 +42,10 @@ def test_diff_credit_hand_worked():
     A = -+0.70700, so y- gets [0, 0, -0.707, 0, 0] and y+ keeps +0.707 on every token.
     With unchanged_credit 0.1 the matched tokens of y- get 0.1 * -0.707."""
     b = batch_of([[5, 6, 7, 8, 9], [5, 6, 1, 8, 9]], [0.0, 1.0])
-    c = IBPO().credit(b)
+    c = IBPO(DIFF).credit(b)
     assert c[0].tolist() == pytest.approx([0, 0, -A2, 0, 0])
     assert c[1].tolist() == pytest.approx([A2] * 5)
-    c = IBPO(IBPOConfig(unchanged_credit=0.1)).credit(b)
+    c = IBPO(IBPOConfig(mode="diff_credit", unchanged_credit=0.1)).credit(b)
     assert c[0].tolist() == pytest.approx([-0.1 * A2, -0.1 * A2, -A2, -0.1 * A2, -0.1 * A2])
 
 
@@ -61,81 +61,9 @@ def test_diff_credit_hand_worked():
 )
 def test_diff_insertions_and_deletions(wrong, right, edited):
     """Only replaced or deleted tokens of y- are edited; what y+ inserts has no token in y-."""
-    c = IBPO().credit(batch_of([wrong, right], [0.0, 1.0]))
+    c = IBPO(DIFF).credit(batch_of([wrong, right], [0.0, 1.0]))
     expected = [-A2 if t in edited else 0.0 for t in range(len(wrong))]
     assert c[0, : len(wrong)].tolist() == pytest.approx(expected)
-
-
-def test_nearest_sibling_and_ties():
-    """y- = [1,2,3,4,5,6] (row 0). Correct rows 1..3 have LCS 3, 5, 5 with it, so similarity
-    2*LCS/12 = 0.5, 0.83, 0.83: rows 2 and 3 tie and the lower index (2) wins. Under
-    prefix_suffix the common prefix+suffix is 3, 5 and 5 as well. Row 4 is in another group."""
-    seqs = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 0, 0, 0], [1, 2, 3, 4, 5, 0], [1, 2, 3, 4, 5, 7], [1, 2, 3, 4, 5, 6, 8]]
-    b = batch_of(seqs, [0.0, 1.0, 1.0, 1.0, 1.0], groups=[0, 0, 0, 0, 1])
-    for alignment in ("diff", "prefix_suffix"):
-        nearest, edited = align_to_nearest(b.completion_ids, b.lengths, b.group_ids, ~b.correct, b.correct, alignment)
-        assert nearest.tolist() == [2, -1, -1, -1, -1]
-        assert edited[0].tolist() == [False] * 5 + [True, False]  # the 7th column is padding
-        assert edited[1:].all()
-    assert lcs_nearest([1, 2, 3], [[9], [1, 9, 3], [1, 2, 3, 4]]) == (2, [True, True, True])
-
-
-def lcs_table(a, b):
-    L = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
-    for i in range(1, len(a) + 1):
-        for j in range(1, len(b) + 1):
-            L[i][j] = L[i - 1][j - 1] + 1 if a[i - 1] == b[j - 1] else max(L[i - 1][j], L[i][j - 1])
-    return L
-
-
-def test_bit_parallel_lcs_matches_the_dp_table():
-    """Against the textbook O(|a||b|) table: the nearest reference maximises 2 LCS / (|a| + |b|)
-    (first on ties), the matched tokens number LCS(a, ref) and are a subsequence of ref."""
-    rng = random.Random(0)
-    for _ in range(400):
-        vocab = rng.randint(1, 5)
-        a = [rng.randrange(vocab) for _ in range(rng.randint(0, 14))]
-        refs = [[rng.randrange(vocab) for _ in range(rng.randint(0, 14))] for _ in range(rng.randint(1, 4))]
-        k, matched = lcs_nearest(a, refs)
-        lcs = [lcs_table(a, r)[len(a)][len(r)] for r in refs]
-        sims = [2 * n / max(len(a) + len(r), 1) for n, r in zip(lcs, refs)]
-        assert k == sims.index(max(sims))
-        assert sum(matched) == lcs[k]
-        rest = iter(refs[k])
-        assert all(tok in rest for tok, m in zip(a, matched) if m)
-
-
-def test_prefix_suffix_loop_vs_vectorised():
-    """Straight from the definition: per wrong row, over the correct rows of its group, p = common
-    prefix, s = common suffix of what is left, similarity 2 (p + s) / (|y-| + |y+|); the edited
-    span of the nearest is [p, |y-| - s)."""
-    g = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        B, T, G = 12, int(torch.randint(1, 9, (), generator=g)), 4
-        lengths = torch.randint(1, T + 1, (B,), generator=g)
-        ids = torch.randint(0, 3, (B, T), generator=g)
-        groups = torch.arange(B // G).repeat_interleave(G)
-        correct = torch.randint(0, 2, (B,), generator=g).bool()
-        nearest, edited = align_to_nearest(ids, lengths, groups, ~correct, correct, "prefix_suffix")
-        for i in range(B):
-            a = ids[i, : lengths[i]].tolist()
-            best, best_sim, span = -1, -1.0, None
-            for j in range(B):
-                if correct[i] or not correct[j] or groups[j] != groups[i]:
-                    continue
-                r = ids[j, : lengths[j]].tolist()
-                p = 0
-                while p < min(len(a), len(r)) and a[p] == r[p]:
-                    p += 1
-                s = 0
-                while s < min(len(a), len(r)) - p and a[-1 - s] == r[-1 - s]:
-                    s += 1
-                sim = 2 * (p + s) / (len(a) + len(r))
-                if span is None or sim > best_sim:
-                    best, best_sim, span = j, sim, (p, len(a) - s)
-            assert nearest[i] == best
-            want = [True] * T if span is None else [span[0] <= t < span[1] for t in range(T)]
-            assert edited[i].tolist() == want
 
 
 def test_rows_without_a_correct_sibling_and_sparsify_correct():
@@ -144,7 +72,7 @@ def test_rows_without_a_correct_sibling_and_sparsify_correct():
     Group 1 is y- = [5,6,7,8,9], y+ = [5,6,1,8,9]; with sparsify_correct y+ keeps its advantage
     only on the token the diff to y- changes (position 2)."""
     b = batch_of([[1, 2], [3, 4], [5, 6, 7, 8, 9], [5, 6, 1, 8, 9]], [0.5, 0.0, 0.0, 1.0], groups=[0, 0, 1, 1])
-    c = IBPO(IBPOConfig(sparsify_correct=True)).credit(b)
+    c = IBPO(IBPOConfig(mode="diff_credit", sparsify_correct=True)).credit(b)
     a = 0.25 / (0.125**0.5 + 1e-4)
     assert c[0, :2].tolist() == pytest.approx([a, a])
     assert c[1, :2].tolist() == pytest.approx([-a, -a])
@@ -175,7 +103,7 @@ def test_repair_augment_and_credit_hand_worked():
     The original rows' credit is the same as without the repairs."""
     b = batch_of([[5, 6, 7, 8, 9], [5, 6, 1, 8, 9], [5, 2, 2, 2, 9], [3, 3, 3, 3, 3]], [0.0, 1.0, 0.0, 0.0])
     b = dataclasses.replace(b, old_logprobs=None)
-    m, sampler = IBPO(IBPOConfig(repair=True)), FakeSampler()
+    m, sampler = IBPO(IBPOConfig(mode="diff_credit", repair=True)), FakeSampler()
     aug = m.augment(b, sampler)
     assert sampler.prefixes == [[5, 6, 1], [5, 6], [5]]
     assert aug.size == 7 and aug.group_ids.tolist() == [0] * 7
@@ -188,33 +116,43 @@ def test_repair_augment_and_credit_hand_worked():
     assert c[6].tolist() == [0.0] * 5
     assert torch.allclose(c[:4], m.credit(b))
     assert c[0].tolist() == pytest.approx([0, 0, -A4, 0, 0])
-    c = IBPO(IBPOConfig(repair=True, repair_advantage="group", repair_credit=0.5)).credit(aug)
+    c = IBPO(IBPOConfig(mode="diff_credit", repair=True, repair_advantage="group", repair_credit=0.5)).credit(aug)
     assert c[4].tolist() == pytest.approx([0, 0] + [0.5 * 3 * A4] * 3)
 
 
 def test_repair_off_or_nothing_to_repair():
     """Repair off: the batch comes back as it is. All correct: no call, the extras are set."""
     b = batch_of([[1, 2], [1, 3]], [1.0, 1.0])
-    assert IBPO().augment(b, FakeSampler()) is b
+    assert IBPO(DIFF).augment(b, FakeSampler()) is b
     sampler = FakeSampler()
-    out = IBPO(IBPOConfig(repair=True)).augment(b, sampler)
+    out = IBPO(IBPOConfig(mode="diff_credit", repair=True)).augment(b, sampler)
     assert sampler.prefixes is None and out.size == 2 and not out.extra["repair"].any()
 
 
-def test_defaults_are_grpo_and_validation():
+def test_defaults_and_validation():
+    """GRPO's settings; the account's lambda = 0.6 and rho = 0.5; every bad value is refused by name."""
     cfg, grpo = IBPOConfig(), GRPOConfig()
-    assert (cfg.aggregation, cfg.kl_coef, cfg.clip_eps, cfg.scale_rewards) == (
-        grpo.aggregation,
-        grpo.kl_coef,
-        grpo.clip_eps,
-        grpo.scale_rewards,
-    )
+    shared = ("aggregation", "kl_coef", "clip_eps", "scale_rewards", "adv_eps", "std", "eps_mode")
+    assert all(getattr(cfg, k) == getattr(grpo, k) for k in shared)
+    assert (cfg.mode, cfg.shaping_coef, cfg.rho, cfg.num_references) == ("shaping", 0.6, 0.5, 1)
+    assert (cfg.reference_choice, cfg.incorrect_references, cfg.mask_on) == ("nearest", "fallback", "corrected")
     assert (cfg.alignment, cfg.unchanged_credit, cfg.sparsify_correct, cfg.repair) == ("diff", 0.0, False, False)
     for bad, match in [
+        ({"mode": "shape"}, "shaping, edit_mask, diff_credit"),
         ({"alignment": "difflib"}, "prefix_suffix"),
+        ({"reference_choice": "best"}, "nearest, first, random"),
+        ({"incorrect_references": "always"}, "fallback, never"),
+        ({"mask_on": "all"}, "corrected, revised"),
+        ({"shaping_coef": -0.1}, "shaping_coef must be >= 0"),
+        ({"rho": 1.5}, r"rho must be in \[0, 1\]"),
+        ({"num_references": 0}, "num_references must be >= 1"),
         ({"unchanged_credit": 2.0}, "unchanged_credit"),
         ({"repair_advantage": "own"}, "source, group"),
         ({"repair_credit": -1.0}, "repair_credit"),
+        ({"repair": True}, "set mode: diff_credit"),
+        ({"revision_template": "{prompt}{attempt}"}, r"\['attempt', 'prompt'\]"),
+        ({"revision_template": "{prompt}{attempt}{reference}{hint}"}, "no other field"),
+        ({"revision_template": "{prompt}{attempt}{reference} }"}, "malformed"),
     ]:
         with pytest.raises(CreditBenchError, match=match):
             IBPOConfig(**bad)
@@ -228,7 +166,11 @@ def loss_grad(method, b, logprobs):
 
 
 # The contract tests cover the default config; these are the other credit options.
-CONFIGS = [IBPOConfig(alignment="prefix_suffix"), IBPOConfig(sparsify_correct=True), IBPOConfig(unchanged_credit=0.1)]
+CONFIGS = [
+    IBPOConfig(mode="diff_credit", alignment="prefix_suffix"),
+    IBPOConfig(mode="diff_credit", sparsify_correct=True),
+    IBPOConfig(mode="diff_credit", unchanged_credit=0.1),
+]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
@@ -250,3 +192,205 @@ def test_other_options_keep_the_clip_boundaries(cfg):
         b = random_batch(seed=seed, T=8)
         adv = group_advantage(b.rewards, b.group_ids)[:, None]
         assert (loss_grad(IBPO(cfg), b, b.old_logprobs + 3.0 * adv.sign()) == 0).all()
+
+
+# ------------------------------------------------------------------ shaping and its mask variant
+TEMPLATE = "{prompt}|{attempt}|{reference}"
+
+
+def with_texts(b):
+    """The batch with what the engine fills: prompt strings, completion texts (here the token ids
+    written out) and task rows."""
+    groups = b.group_ids.tolist()
+    texts = [" ".join(map(str, b.completion_ids[i, :n].tolist())) for i, n in enumerate(b.lengths.tolist())]
+    return dataclasses.replace(
+        b, prompts=[f"Q{g}" for g in groups], completions=texts, rows=[{"id": g} for g in groups]
+    )
+
+
+class RevisionSampler:
+    """Sampler.generate for prompts rendered with TEMPLATE: the revision of (attempt, reference)
+    is answers[(attempt, reference)] = (token ids, correct), by default ([1], wrong). Records the
+    prompts and rows it was given."""
+
+    def __init__(self, answers=None):
+        self.answers, self.prompts, self.rows = answers or {}, [], []
+
+    def generate(self, prompts, rows):
+        self.prompts += prompts
+        self.rows += rows
+        out = [self.answers.get(tuple(p.split("|")[1:]), ([1], False)) for p in prompts]
+        return batch_of([s for s, _ in out], [float(c) for _, c in out])
+
+
+GROUP4 = [[5, 6, 1, 8, 9], [5, 6, 7, 8, 9], [5, 2, 2, 2, 9], [3, 3, 3, 3, 3]]  # only y0 is correct
+SHAPED = [0.675, -0.025, -0.325, -0.325]  # R' - mean R' of the hand-worked example
+STD = 0.2225**0.5  # its unbiased std
+
+
+def test_shaping_hand_worked():
+    """Rewards [1, 0, 0, 0]. Each wrong row's reference is its only correct sibling y0, so the
+    policy is asked for three revisions, of "5 6 7 8 9", "5 2 2 2 9" and "3 3 3 3 3" against
+    "5 6 1 8 9"; the first one is correct. Delta_1 = rho = 0.5, phi = [0, 0.5, 0, 0], and
+    R' = R + 0.6 phi = [1, 0.3, 0, 0]: mean 0.325, deviations [0.675, -0.025, -0.325, -0.325],
+    unbiased variance (0.455625 + 0.000625 + 2 * 0.105625) / 3 = 0.2225, std 0.47170, so
+    A' = deviation / (0.47170 + 1e-4) = [1.4307, -0.0530, -0.6889, -0.6889] on every token
+    (GRPO would give y1 -0.4999 like the other wrong rows). One revision in three succeeded."""
+    b = with_texts(batch_of(GROUP4, [1.0, 0.0, 0.0, 0.0]))
+    sampler = RevisionSampler({("5 6 7 8 9", "5 6 1 8 9"): ([5, 6, 1, 8, 9], True)})
+    m = IBPO(IBPOConfig(revision_template=TEMPLATE))
+    aug = m.augment(b, sampler)
+    assert sampler.prompts == ["Q0|5 6 7 8 9|5 6 1 8 9", "Q0|5 2 2 2 9|5 6 1 8 9", "Q0|3 3 3 3 3|5 6 1 8 9"]
+    assert sampler.rows == [{"id": 0}] * 3
+    assert aug.size == 4 and aug.extra["revisions"].tolist() == [0, 1, 1, 1]
+    assert aug.extra["revisions_correct"].tolist() == [0, 1, 0, 0]
+    c = m.credit(aug)
+    for i, dev in enumerate(SHAPED):
+        assert c[i].tolist() == pytest.approx([dev / (STD + 1e-4)] * 5, abs=1e-6)
+    out = m.loss(aug, aug.old_logprobs, c)
+    assert out.scalars["revision_success"].item() == pytest.approx(1 / 3)
+
+
+def test_edit_mask_hand_worked():
+    """The batch and A' of test_shaping_hand_worked. y1's revision [5,6,1,8,9,4] is correct; the
+    Levenshtein alignment substitutes 7 -> 1 and inserts 4, so U = {0, 1, 3, 4} and y1 keeps A'
+    on token 2 only. y3's revision [3,3,4,3,3] is wrong (U = {0, 1, 3, 4} too): with
+    mask_on="corrected" y3 keeps A' everywhere, with "revised" only on token 2. y2's revision [1]
+    keeps nothing, so y2 keeps A' everywhere; y0 (correct) is never masked."""
+    b = with_texts(batch_of(GROUP4, [1.0, 0.0, 0.0, 0.0]))
+    answers = {
+        ("5 6 7 8 9", "5 6 1 8 9"): ([5, 6, 1, 8, 9, 4], True),
+        ("3 3 3 3 3", "5 6 1 8 9"): ([3, 3, 4, 3, 3], False),
+    }
+    a = [dev / (STD + 1e-4) for dev in SHAPED]
+    for mask_on, y3 in [("corrected", [1, 1, 1, 1, 1]), ("revised", [0, 0, 1, 0, 0])]:
+        m = IBPO(IBPOConfig(mode="edit_mask", mask_on=mask_on, revision_template=TEMPLATE))
+        c = m.credit(m.augment(b, RevisionSampler(answers)))
+        assert c[0].tolist() == pytest.approx([a[0]] * 5)
+        assert c[1].tolist() == pytest.approx([0, 0, a[1], 0, 0])
+        assert c[2].tolist() == pytest.approx([a[2]] * 5)
+        assert c[3].tolist() == pytest.approx([a[3] * k for k in y3])
+
+
+def test_revision_pairs_order_and_fallback():
+    """Group 0: wrong y0 = [1,2,3,4,5,6] and y3 = [1,2,3,4,5,6,7]; correct y1 = [1,2,3,0,0,0]
+    (LCS 3 with both) and y2 = [1,2,3,4,5,0] (LCS 5). Group 1 is all wrong: [7,7], [7,8], [9].
+    nearest, n=1: y0, y3 -> y2 (the higher similarity); group 1 falls back to incorrect siblings:
+    [7,7] and [7,8] (similarity 2*1/4 = 0.5) pick each other, [9] (0 with both) the lower index 4.
+    first: y0, y3 -> y1. never: group 1 gets no pairs. n=3: correct siblings first, then the
+    incorrect ones."""
+    seqs = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 0, 0, 0], [1, 2, 3, 4, 5, 0], [1, 2, 3, 4, 5, 6, 7], [7, 7], [7, 8], [9]]
+    b = batch_of(seqs, [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], groups=[0, 0, 0, 0, 1, 1, 1])
+
+    def pairs(**options):
+        src, ref = revision_pairs(b, IBPOConfig(**options))
+        return list(zip(src.tolist(), ref.tolist()))
+
+    assert pairs() == [(0, 2), (3, 2), (4, 5), (5, 4), (6, 4)]
+    assert pairs(reference_choice="first") == [(0, 1), (3, 1), (4, 5), (5, 4), (6, 4)]
+    assert pairs(incorrect_references="never") == [(0, 2), (3, 2)]
+    assert pairs(num_references=3) == [(0, 2), (0, 1), (0, 3), (3, 2), (3, 1), (3, 0)] + [
+        (4, 5),
+        (4, 6),
+        (5, 4),
+        (5, 6),
+        (6, 4),
+        (6, 5),
+    ]
+    torch.manual_seed(0)
+    drawn = pairs(reference_choice="random", num_references=3)
+    for s, refs in [(0, [1, 2, 3]), (3, [0, 1, 2]), (4, [5, 6])]:
+        mine = [r for t, r in drawn if t == s]
+        assert sorted(mine) == refs and all(b.correct[mine[k]] >= b.correct[mine[k + 1]] for k in range(len(mine) - 1))
+
+
+def test_phi_averages_the_revisions_of_several_references():
+    """Rewards [1, 1, 0], num_references=2: y2 is revised against y0 (correct revision) and y1
+    (wrong), so phi_2 = rho * 1/2 = 0.25 and R' = [1, 1, 0.6 * 0.25] = [1, 1, 0.15]: mean 0.71667,
+    deviations [0.28333, 0.28333, -0.56667], unbiased variance 0.48167 / 2 = 0.24083, std 0.49075."""
+    b = with_texts(batch_of([[4, 4], [4, 5], [6, 6]], [1.0, 1.0, 0.0]))
+    answers = {("6 6", "4 4"): ([4, 4], True), ("6 6", "4 5"): ([6, 5], False)}
+    m = IBPO(IBPOConfig(num_references=2, revision_template=TEMPLATE))
+    aug = m.augment(b, RevisionSampler(answers))
+    assert aug.extra["revisions"].tolist() == [0, 0, 2] and aug.extra["revisions_correct"].tolist() == [0, 0, 1]
+    std = (2 * (0.85 / 3) ** 2 + (1.7 / 3) ** 2) ** 0.5 / 2**0.5
+    assert m.credit(aug)[:, 0].tolist() == pytest.approx([x / (std + 1e-4) for x in [0.85 / 3, 0.85 / 3, -1.7 / 3]])
+
+
+def test_edit_mask_takes_each_rows_first_usable_revision():
+    """Rewards [1, 1, 0], num_references=2: y2 = [6,6,6] shares no token with y0 or y1, so the tie
+    puts y0 first. Its revision against y0, [6,6,6,1], is wrong and keeps all three tokens (one
+    insertion); against y1, [6,7,6], correct and keeps tokens 0 and 2. "corrected" takes U from the
+    second, m = [0, 1, 0]; "revised" from the first, m = [0, 0, 0]. A'_2 is that of
+    test_phi_averages_the_revisions_of_several_references: -0.56667 / (0.49075 + 1e-4)."""
+    b = with_texts(batch_of([[4, 4], [4, 5], [6, 6, 6]], [1.0, 1.0, 0.0]))
+    answers = {("6 6 6", "4 4"): ([6, 6, 6, 1], False), ("6 6 6", "4 5"): ([6, 7, 6], True)}
+    std = (2 * (0.85 / 3) ** 2 + (1.7 / 3) ** 2) ** 0.5 / 2**0.5
+    a = -1.7 / 3 / (std + 1e-4)
+    for mask_on, m in [("corrected", [0, 1, 0]), ("revised", [0, 0, 0])]:
+        cfg = IBPOConfig(mode="edit_mask", mask_on=mask_on, num_references=2, revision_template=TEMPLATE)
+        method = IBPO(cfg)
+        assert method.credit(method.augment(b, RevisionSampler(answers)))[2].tolist() == pytest.approx(
+            [a * k for k in m]
+        )
+
+
+def test_all_wrong_group_learns_from_a_successful_revision_only_with_fallback():
+    """Rewards [0, 0]: with the fallback each row is revised against the other; y0's revision is
+    correct, so R' = [0.3, 0], A' = +-0.15 / (0.21213 + 1e-4). With incorrect_references="never"
+    nothing is revised and the group's credit is 0, as in GRPO."""
+    b = with_texts(batch_of([[1, 2], [3, 4]], [0.0, 0.0]))
+    sampler = RevisionSampler({("1 2", "3 4"): ([7], True)})
+    m = IBPO(IBPOConfig(revision_template=TEMPLATE))
+    a = 0.15 / (0.045**0.5 + 1e-4)
+    assert m.credit(m.augment(b, sampler)).flatten().tolist() == pytest.approx([a, a, -a, -a])
+    m = IBPO(IBPOConfig(incorrect_references="never", revision_template=TEMPLATE))
+    sampler = RevisionSampler()
+    assert (m.credit(m.augment(b, sampler)) == 0).all() and sampler.prompts == []
+
+
+def test_without_revisions_shaping_is_grpo():
+    """A batch augment never saw (the contract tests), or one with nothing to revise: GRPO's credit."""
+    b = random_batch(seed=5)
+    assert torch.equal(IBPO().credit(b), GRPO().credit(b))
+    b = with_texts(batch_of([[1, 2], [1, 3]], [1.0, 1.0]))
+    sampler = RevisionSampler()
+    aug = IBPO().augment(b, sampler)
+    assert sampler.prompts == [] and aug.extra["revisions"].tolist() == [0, 0]
+    assert "revision_success" not in IBPO().loss(aug, aug.old_logprobs, IBPO().credit(aug)).scalars
+
+
+def test_default_template_renders_prompt_attempt_and_reference():
+    """x~ = prompt + attempt + the reference, in characters the tiny models' tokenizer has."""
+    b = with_texts(batch_of([[1, 2], [3, 4]], [1.0, 0.0]))
+    sampler = RevisionSampler()
+    IBPO().augment(b, sampler)
+    assert sampler.prompts == ["Q0" + "3 4" + "\n\nAnother attempt:\n" + "1 2" + "\n\nRevised attempt:\n"]
+    assert all(c in CHARS for c in sampler.prompts[0])
+
+
+class Coin:
+    """Sampler.generate whose revisions [3, 4] are correct at random (seeded)."""
+
+    def __init__(self, seed):
+        self.g = torch.Generator().manual_seed(seed)
+
+    def generate(self, prompts, rows):
+        n = len(prompts)
+        return batch_of([[3, 4]] * n, torch.randint(0, 2, (n,), generator=self.g).float().tolist())
+
+
+@pytest.mark.parametrize("mode", ["shaping", "edit_mask"])
+def test_shaped_credit_keeps_gradient_sign_and_clip(mode):
+    """On random groups with random revision verdicts: at ratio 1 the push on each token has the sign
+    of its credit (0 where the mask removes it), and log-ratio +-3 in the credit's direction is
+    clipped everywhere."""
+    for seed in range(3):
+        b = with_texts(random_batch(seed=seed, T=8))
+        m = IBPO(IBPOConfig(mode=mode, mask_on="revised"))
+        aug = m.augment(b, Coin(seed))
+        credit, push = m.credit(aug), -loss_grad(m, aug, aug.old_logprobs)
+        valid = aug.completion_mask.bool()
+        assert (push[valid & (credit > 0)] > 0).all() and (push[valid & (credit < 0)] < 0).all()
+        assert (push[credit == 0] == 0).all()
+        assert (loss_grad(m, aug, aug.old_logprobs + 3.0 * credit.sign()) == 0).all()

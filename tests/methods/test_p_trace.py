@@ -48,7 +48,11 @@ def loop_loss(l, mask, adv, cfg, select=None):  # [B, T], token by token from th
                 hist = hist.clamp(math.log(1 - cfg.hist_clip), math.log(1 + cfg.hist_clip))
             if cfg.detach_history:
                 hist = hist.detach()
-            if cfg.clip_target == "current_token":
+            if cfg.clip_target == "current_token":  # a tie takes the unclipped term
+                r, h = torch.exp(current), torch.exp(hist)
+                unclipped, bounded = r * h * adv[i], r.clamp(lo, hi) * adv[i]
+                obj = torch.where(bounded < unclipped, bounded, unclipped)
+            elif cfg.clip_target == "current_token_weighted":
                 r, h = torch.exp(current), torch.exp(hist)
                 obj = torch.minimum(r * h * adv[i], r.clamp(lo, hi) * h * adv[i])
             else:
@@ -73,21 +77,40 @@ def random_batch(seed, B=8, T=8):
 
 
 def test_decayed_trace_hand_worked():
-    """lam = 0.5, clip 0.2, hist_clip 0.2 (log h in [-0.22314, 0.18232]). Credit +-0.70700.
-    Seq 0, l = [0.1, 0.2, -0.1]: log_hist = [0, 0.5*0.1, 0.5*0.2 + 0.25*0.1] = [0, 0.05, 0.125].
-      "current_token": r = [1.10517, 1.22140 -> clip 1.2, 0.90484], h = e^hist:
-        loss = -A [1.10517, 1.2 e^0.05 = 1.26152, e^-0.1 e^0.125 = e^0.025 = 1.02532]
-        (token 1 exceeds 1.2 through its history: the trust region holds on r_t only).
-      "full_traced": rho = e^[0.1, 0.25, 0.025] -> [1.10517, 1.2 (clipped), 1.02532].
-    Seq 1, l = [-0.3, 0, 0], A < 0: log_hist = [0, -0.15, -0.075]; r_0 = 0.74082 < 0.8 is
-      clipped -> loss = A [0.8, e^-0.15, e^-0.075] either way.
-    Gradient (current_token; seq-mean-token-mean, B = 2, L = 3 -> /6), seq 0, d/d l_k of -A r_t h_t:
-      l_0: -A (1.10517 + 0.5 * 1.26152 + 0.25 * 1.02532) / 6 (token 1 passes gradient through h_1
-      although r_1 is clipped); l_1: -A (0.5 * 1.02532) / 6 (its own ratio is clipped);
-      l_2: -A 1.02532 / 6. With detach_history: l_0 = -A 1.10517 / 6, l_1 = 0, l_2 as before."""
+    """lam = 0.5, clip 0.2, hist_clip 0.2 (log h in [-0.22314, 0.18232]). Credit +-A, A = 0.70700.
+    Seq 0, l = [0.1, 0.2, -0.1]: log_hist = [0, 0.5*0.1, 0.5*0.2 + 0.25*0.1] = [0, 0.05, 0.125],
+      r = [1.10517, 1.22140, 0.90484], h = [1, 1.05127, 1.13315], rho = r h = e^[0.1, 0.25, 0.025].
+      "current_token" (default, methods.md 7.2), -min(rho A, clip(r) A):
+        t0: rho = r = 1.10517 (a tie: unclipped); t1: min(1.28403, 1.2) = 1.2 (clipped);
+        t2: min(1.02532, 0.90484) = 0.90484 (clipped: for A > 0 a history above 1 never raises
+        the objective) -> loss = -A [1.10517, 1.2, 0.90484].
+      "current_token_weighted", -min(rho A, clip(r) h A) = -h min(r A, clip(r) A):
+        loss = -A [1.10517, 1.2 e^0.05 = 1.26152, e^0.025 = 1.02532] (token 1 exceeds 1.2
+        through its history; token 2 differs from the default by 0.12048 A = 0.08518).
+      "full_traced": rho -> [1.10517, 1.2 (clipped), 1.02532].
+    Seq 1, l = [-0.3, 0, 0], A < 0: log_hist = [0, -0.15, -0.075], r = [0.74082, 1, 1],
+      h = [1, 0.86071, 0.92774]. Default: -min(rho A, clip(r) A) = |A| max(rho, clip(r)) =
+      |A| [0.8, 1, 1] (all clipped); weighted: |A| max(rho, clip(r) h) = |A| [0.8, e^-0.15, e^-0.075];
+      full_traced: rho = [0.74082 -> 0.8, e^-0.15, e^-0.075].
+    Gradients (seq-mean-token-mean, B = 2, L = 3 -> /6), d/d l_k:
+      default: seq 0 gets -A r_t from each unclipped or inside-range clipped term of its own
+      token only: [-A 1.10517, 0 (r_1 > 1.2), -A 0.90484] / 6; seq 1: [0 (r_0 < 0.8), A, A] / 6
+      (|A| = -A) -- no gradient reaches the history.
+      weighted, seq 0 (d/d l_k of -A r_t h_t): l_0: -A (1.10517 + 0.5 * 1.26152 + 0.25 * 1.02532)
+      / 6 (token 1 passes gradient through h_1 although r_1 is clipped); l_1: -A 0.5 * 1.02532 / 6
+      (its own ratio is clipped); l_2: -A 1.02532 / 6. With detach_history: l_0 = -A 1.10517 / 6,
+      l_1 = 0, l_2 = -A 1.02532 / 6."""
     batch = make_batch([1.0, 0.0], [0, 0])
     out, _, grad = run(PTrace(PTraceConfig(lam=0.5)), batch, L)
+    assert out.loss[0].tolist() == pytest.approx([-A * E(0.1), -A * 1.2, -A * E(-0.1)])
+    assert out.loss[1].tolist() == pytest.approx([A * 0.8, A, A])
+    assert out.stats["clip_frac"].tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert grad[0].tolist() == pytest.approx([-A * E(0.1) / 6, 0.0, -A * E(-0.1) / 6])
+    assert grad[1].tolist() == pytest.approx([0.0, A / 6, A / 6])
+
+    weighted = PTraceConfig(lam=0.5, clip_target="current_token_weighted")
     seq1 = [A * 0.8, A * E(-0.15), A * E(-0.075)]
+    out, _, grad = run(PTrace(weighted), batch, L)
     assert out.loss[0].tolist() == pytest.approx([-A * E(0.1), -A * 1.2 * E(0.05), -A * E(0.025)])
     assert out.loss[1].tolist() == pytest.approx(seq1)
     assert out.stats["clip_frac"].tolist() == [[0, 1, 0], [1, 0, 0]]
@@ -97,20 +120,36 @@ def test_decayed_trace_hand_worked():
     out, _, _ = run(PTrace(PTraceConfig(lam=0.5, clip_target="full_traced")), batch, L)
     assert out.loss[0].tolist() == pytest.approx([-A * E(0.1), -A * 1.2, -A * E(0.025)])
     assert out.loss[1].tolist() == pytest.approx(seq1)
-    _, _, grad = run(PTrace(PTraceConfig(lam=0.5, detach_history=True)), batch, L)
+    _, _, grad = run(PTrace(PTraceConfig(lam=0.5, clip_target="current_token_weighted", detach_history=True)), batch, L)
     assert grad[0].tolist() == pytest.approx([-A * E(0.1) / 6, 0.0, -A * E(0.025) / 6])
+
+
+def test_readings_agree_on_policy():
+    """At ratio 1 (l = 0, so r = h = 1) the two terms tie; the default takes the unclipped one, so
+    the gradient is the full trace -A sum_{t>=k} lam^(t-k) / 6 = -A [1.75, 1.5, 1] / 6 (lam 0.5)
+    in all three readings (torch.minimum would halve the history's share in the default)."""
+    batch = make_batch([1.0, 0.0], [0, 0])
+    trace = torch.tensor([1.75, 1.5, 1.0]) / 6
+    for target in ("current_token", "current_token_weighted", "full_traced"):
+        _, _, grad = run(PTrace(PTraceConfig(lam=0.5, clip_target=target)), batch, torch.zeros(2, 3))
+        assert torch.allclose(grad, torch.stack([-A * trace, A * trace]), atol=1e-6), target
 
 
 def test_history_clip_hand_worked():
     """lam = 1, seq 0 l = [0.3, 0.1, 0]: log_hist = [0, 0.3, 0.4], both above log 1.2 = 0.18232,
-    so h = [1, 1.2, 1.2]; r = [1.34986 -> clip 1.2, 1.10517, 1]:
-    loss = -A [1.2, 1.2 * 1.10517, 1.2]. No gradient reaches l_0 (its own ratio and both
-    histories are clipped); l_1 gets -A 1.2 * 1.10517 / 6 and l_2 gets -A 1.2 / 6."""
+    so h = [1, 1.2, 1.2]; r = [1.34986, 1.10517, 1], rho = r h = [1.34986, 1.32620, 1.2].
+    Default -min(rho A, clip(r) A): every token takes clip(r) = [1.2, 1.10517, 1]: loss
+    -A [1.2, 1.10517, 1]; l_0 gets no gradient (r_0 is clipped), l_1 gets -A 1.10517 / 6 and
+    l_2 gets -A / 6. Weighted -h min(r A, clip(r) A): loss -A [1.2, 1.2 * 1.10517, 1.2], gradient
+    [0, -A 1.2 * 1.10517 / 6, -A 1.2 / 6] (l_0 reaches no history: both are clipped)."""
     batch = make_batch([1.0, 0.0], [0, 0])
     l = torch.tensor([[0.3, 0.1, 0.0], [0.0] * 3])
     out, _, grad = run(PTrace(PTraceConfig(lam=1.0)), batch, l)
-    assert out.loss[0].tolist() == pytest.approx([-A * 1.2, -A * 1.2 * E(0.1), -A * 1.2])
+    assert out.loss[0].tolist() == pytest.approx([-A * 1.2, -A * E(0.1), -A])
     assert out.stats["hist_clip_frac"][0].tolist() == [0, 1, 1]
+    assert grad[0].tolist() == pytest.approx([0.0, -A * E(0.1) / 6, -A / 6])
+    out, _, grad = run(PTrace(PTraceConfig(lam=1.0, clip_target="current_token_weighted")), batch, l)
+    assert out.loss[0].tolist() == pytest.approx([-A * 1.2, -A * 1.2 * E(0.1), -A * 1.2])
     assert grad[0].tolist() == pytest.approx([0.0, -A * 1.2 * E(0.1) / 6, -A * 1.2 / 6])
 
 
@@ -153,7 +192,9 @@ def test_uniform_weights_are_gspo():
 
 def test_loop_versus_vectorised():
     for seed, (weights, clip_target, hist_clip, detach) in enumerate(
-        itertools.product(["decay", "uniform"], ["current_token", "full_traced"], [0.2, None], [False, True])
+        itertools.product(
+            ["decay", "uniform"], ["current_token", "current_token_weighted", "full_traced"], [0.2, None], [False, True]
+        )
     ):
         cfg = PTraceConfig(
             lam=0.8, weights=weights, clip_target=clip_target, hist_clip=hist_clip, detach_history=detach
@@ -181,7 +222,7 @@ def test_defaults_and_validation():
     assert (cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef) == (0.2, 0.2, "seq-mean-token-mean", 0.0)
     for bad, match in [
         ({"weights": "flat"}, "decay, uniform"),
-        ({"clip_target": "all"}, "current_token, full_traced"),
+        ({"clip_target": "all"}, "current_token, current_token_weighted, full_traced"),
         ({"hist_clip": 1.0}, "hist_clip"),
         ({"lam": -0.1}, "lam"),
     ]:

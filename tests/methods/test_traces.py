@@ -8,12 +8,12 @@ from methods.traces import discounted_cumsum, floor_horizon, history_log_ratio, 
 DECAYS = [0.0, 0.3, 0.5, 0.9, 0.99, 1.0]
 
 
-def explicit_W(T: int, a: float, style: str, floor: float) -> torch.Tensor:  # [T, T] float64
+def explicit_W(T: int, a: float, style: str, floor: float, origin: int = 0) -> torch.Tensor:  # [T, T] float64
     """The trace weights written straight from the definition, one entry at a time."""
     rows = [[0.0] * T for _ in range(T)]
     for t in range(T):
         for k in range(t + 1):
-            w = a ** (t - k) if style == "recent" else max(a ** (t - k), a**k)
+            w = a ** (t - k) if style == "recent" else max(a ** (t - k), a ** (k + origin))
             rows[t][k] = max(w, floor)
     return torch.tensor(rows, dtype=torch.float64)
 
@@ -52,6 +52,19 @@ def test_trace_log_ratio_hand_worked():
     assert trace_log_ratio(l, 0.5, "recent", 0.3)[0].tolist() == pytest.approx([0.1, 0.25, 0.03])
 
 
+def test_position_origin_hand_worked():
+    """a = 0.5, l = [0.1, 0.2, -0.1], positions counted from 1: W = max(a^(t-k), a^(k+1)):
+    row 0 = [1]; row 1 = [max(.5, .5), 1] = [.5, 1]; row 2 = [max(.25, .5), max(.5, .25), 1]
+    = [.5, .5, 1] -> z = [0.1, 0.05 + 0.2, 0.05 + 0.1 - 0.1] = [0.1, 0.25, 0.05] (from 0: [0.1,
+    0.3, 0.1]). a = 0: from 1 the first token leaves every later trace, z = l; from 0 it stays
+    with weight 0^0 = 1. "recent" does not depend on the origin."""
+    l = torch.tensor([[0.1, 0.2, -0.1]], dtype=torch.float64)
+    assert trace_log_ratio(l, 0.5, "both", origin=1)[0].tolist() == pytest.approx([0.1, 0.25, 0.05])
+    assert trace_log_ratio(l, 0.0, "both", origin=1)[0].tolist() == pytest.approx([0.1, 0.2, -0.1])
+    assert trace_log_ratio(l, 0.0, "both")[0].tolist() == pytest.approx([0.1, 0.3, 0.0])
+    assert torch.equal(trace_log_ratio(l, 0.5, "recent", origin=1), trace_log_ratio(l, 0.5, "recent"))
+
+
 def test_floor_horizon_exact_powers():
     """0.5^2 = 0.25 >= 0.25 but 0.5^3 < 0.25 -> K = 2; decay 0 keeps only d = 0; no floor: T."""
     assert floor_horizon(0.5, 0.25, 100) == 2
@@ -62,13 +75,13 @@ def test_floor_horizon_exact_powers():
 
 def test_trace_log_ratio_matches_explicit_matrix():
     g = torch.Generator().manual_seed(0)
-    for T, a, style, floor in itertools.product(
-        [1, 2, 5, 16, 37], DECAYS + [0.5**0.5], ["recent", "both"], [0.0, 0.1, 0.25, 0.5]
+    for T, a, style, floor, origin in itertools.product(
+        [1, 2, 5, 16, 37], DECAYS + [0.5**0.5], ["recent", "both"], [0.0, 0.1, 0.25, 0.5], [0, 1]
     ):
         l = torch.randn(3, T, generator=g, dtype=torch.float64)
-        expected = l @ explicit_W(T, a, style, floor).T
-        got = trace_log_ratio(l, a, style, floor)
-        assert torch.allclose(got, expected, atol=1e-12), (T, a, style, floor)
+        expected = l @ explicit_W(T, a, style, floor, origin).T
+        got = trace_log_ratio(l, a, style, floor, origin)
+        assert torch.allclose(got, expected, atol=1e-12), (T, a, style, floor, origin)
         if style == "recent" and floor == 0:
             assert torch.allclose(discounted_cumsum(l, a), expected, atol=1e-12)
 
@@ -91,11 +104,11 @@ def test_gradients_match_explicit_versions():
     g = torch.Generator().manual_seed(2)
     T = 23
     weights = torch.randn(2, T, generator=g, dtype=torch.float64)
-    for a, style, floor in itertools.product([0.0, 0.6, 1.0], ["recent", "both"], [0.0, 0.2]):
+    for a, style, floor, origin in itertools.product([0.0, 0.6, 1.0], ["recent", "both"], [0.0, 0.2], [0, 1]):
         l = torch.randn(2, T, generator=g, dtype=torch.float64, requires_grad=True)
-        (trace_log_ratio(l, a, style, floor) * weights).sum().backward()
+        (trace_log_ratio(l, a, style, floor, origin) * weights).sum().backward()
         got, l.grad = l.grad, None
-        ((l @ explicit_W(T, a, style, floor).T) * weights).sum().backward()
+        ((l @ explicit_W(T, a, style, floor, origin).T) * weights).sum().backward()
         assert torch.allclose(got, l.grad, atol=1e-12)
     select = torch.rand(2, T, generator=g) < 0.5
     for distance in ["raw", "selected"]:
