@@ -50,7 +50,7 @@ TRAIN_CASES = [
     (
         "entropy-population",
         ["--method.name", "entropy_top", "--method.options", "{population: group}"],
-        ["unknown population 'group'", "batch, sequence"],
+        ["unknown population 'group'", "batch, minibatch, sequence"],
     ),
     (
         "grpo-lambda-clip-target",

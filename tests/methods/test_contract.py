@@ -53,10 +53,18 @@ def group_relative_sign(b):
     return torch.sign(b.rewards - mean[b.group_ids])
 
 
+def loss_mask(b, out):
+    """What the engine aggregates over: the method's loss mask, which must lie within the completion."""
+    if out.mask is None:
+        return b.completion_mask
+    assert not (out.mask.bool() & ~b.completion_mask.bool()).any()
+    return out.mask
+
+
 def loss_grad(method, b, logprobs):
     logprobs = logprobs.clone().requires_grad_()
     out = method.loss(b, logprobs, method.credit(b))
-    aggregate(out.loss, b.completion_mask, method.config.aggregation, max_len=b.max_new_tokens).backward()
+    aggregate(out.loss, loss_mask(b, out), method.config.aggregation, max_len=b.max_new_tokens).backward()
     return logprobs.grad
 
 
@@ -64,6 +72,23 @@ def loss_grad(method, b, logprobs):
 def method(request):
     cls = METHODS.get(request.param)
     return cls(cls.Config())
+
+
+def _default(name):
+    cls = METHODS.get(name)
+    return cls(cls.Config())
+
+
+def _split_independent(name):
+    """Methods whose default selects nothing per minibatch (80/20's official default does)."""
+    return getattr(_default(name).config, "population", None) != "minibatch"
+
+
+def _std_normalised(name):
+    from methods.grpo import GroupStdConfig
+
+    cfg = _default(name).config
+    return isinstance(cfg, GroupStdConfig) and getattr(cfg, "scale_rewards", True)
 
 
 def test_registered_method_has_docs_and_paper_config(method):
@@ -84,9 +109,10 @@ def test_shapes(method):
 
 def test_masked_tokens_get_zero_gradient(method):
     b = random_batch(seed=1)
-    logprobs = (b.old_logprobs + 0.05 * torch.randn_like(b.old_logprobs)).requires_grad_()
+    noise = torch.randn(b.old_logprobs.shape, generator=torch.Generator().manual_seed(1))  # seeded: no flakes
+    logprobs = (b.old_logprobs + 0.05 * noise).requires_grad_()
     out = method.loss(b, logprobs, method.credit(b))
-    aggregate(out.loss, b.completion_mask, method.config.aggregation, max_len=b.max_new_tokens).backward()
+    aggregate(out.loss, loss_mask(b, out), method.config.aggregation, max_len=b.max_new_tokens).backward()
     assert torch.all(logprobs.grad[b.completion_mask == 0] == 0)
     assert logprobs.grad[b.completion_mask == 1].abs().sum() > 0
 
@@ -97,7 +123,7 @@ def test_group_with_equal_rewards_gives_zero_credit_and_gradient(method):
     assert torch.all(credit * b.completion_mask == 0)
     logprobs = b.old_logprobs.clone().requires_grad_()
     out = method.loss(b, logprobs, credit)
-    aggregate(out.loss, b.completion_mask, method.config.aggregation, max_len=b.max_new_tokens).backward()
+    aggregate(out.loss, loss_mask(b, out), method.config.aggregation, max_len=b.max_new_tokens).backward()
     assert torch.all(logprobs.grad == 0)
 
 
@@ -173,3 +199,31 @@ def test_config_hierarchy_follows_the_method_hierarchy(method):
     fields = {f.name for f in dataclasses.fields(type(method).Config)}
     base = next(c for c in parent.Config.__mro__ if {f.name for f in dataclasses.fields(c)} <= fields)
     assert issubclass(type(method).Config, base), f"{type(method).Config.__name__} should derive from {base.__name__}"
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS.names() if _split_independent(n)])
+def test_loss_rows_do_not_depend_on_the_minibatch_split(name):
+    """The engine calls credit() once on the rollout batch and loss() on minibatches cut from it
+    with batch.select: a row's per-token loss (and loss mask) is the same whatever the split, for
+    every method whose default does not choose a per-minibatch population."""
+    method = _default(name)
+    b = random_batch(B=8, G=4, T=6, seed=5)
+    lp = b.old_logprobs + 0.05 * torch.randn(b.old_logprobs.shape, generator=torch.Generator().manual_seed(0))
+    credit = method.credit(b)
+    whole = method.loss(b, lp, credit)
+    for idx in (torch.tensor([0, 2, 5, 7]), torch.tensor([1, 3, 4, 6])):
+        part = method.loss(b.select(idx), lp[idx], credit[idx])
+        valid = b.completion_mask[idx].bool()
+        assert torch.allclose(part.loss[valid], whole.loss[idx][valid], atol=1e-6)
+        if whole.mask is not None:
+            assert torch.equal(part.mask.bool(), whole.mask[idx].bool())
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS.names() if _std_normalised(n)])
+def test_the_group_std_options_reach_the_credit(name):
+    """Every method on a group-normalised advantage honours ``std``: on mixed groups of 4 the
+    biased std (n) differs from the unbiased one (n - 1), so the credit changes."""
+    method = _default(name)
+    base = method.credit(random_batch(seed=6))
+    other = type(method)(dataclasses.replace(method.config, std="biased")).credit(random_batch(seed=6))
+    assert not torch.allclose(base, other)
