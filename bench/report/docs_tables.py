@@ -13,6 +13,8 @@ The word after ``results:`` names the source, relative to results/:
   difference to the baseline, sample AUC and its difference, pass@k at the largest k.
 - ``SWEEP/run``: one sentence on how the sweep ran: runs, budget, wall time and machine
   (``results/SWEEP/run_all.json``, written by run_all.sh) and the summed run time (report.json).
+- ``papers/NAME/analogue``: the paper's table beside its embedded analogue's measured values
+  (bench/report/paper_analogue.py, from the analogue sweep's report.json).
 - ``PATH.md`` or ``PATH.md#N``: every Markdown table of ``results/PATH.md`` (a benchmark's output,
   e.g. ``benchmarks/rl_step.md``), or only its N-th (from 1), copied verbatim.
 
@@ -143,16 +145,37 @@ def markdown_tables(results: Path, name: str) -> tuple[str, str]:
     return "\n\n".join("\n".join(t) for t in tables), rel
 
 
+def paper_analogue(results: Path, name: str) -> tuple[str, str]:
+    from bench.report.paper_analogue import render_analogue
+    from bench.report.paper_data import load_paper, load_report, sweep_name
+
+    paper = load_paper(name)
+    if paper.analogue is None:
+        raise CreditBenchError(f"paper {name!r} has no analogue sweep (results/papers/{name}.yaml)")
+    sweep = sweep_name(paper, paper.analogue)
+    report = load_report(results, sweep)
+    if report is None:
+        raise CreditBenchError(
+            f"results/{sweep}/report.json is missing: run ./run_all.sh results/papers/{paper.analogue}"
+        )
+    body = render_analogue(paper, report, sweep).split("\n", 2)[2]  # without its heading
+    return body, f"{sweep}/report.json"
+
+
 def generate(source: str, results: Path) -> tuple[str, str]:
     """The Markdown a block of ``source`` holds, and the results file it comes from (relative)."""
     if source.endswith(".md") or ".md#" in source:
         return markdown_tables(results, source)
     sweep, _, kind = source.rpartition("/")
+    if kind == "analogue" and sweep.startswith("papers/"):
+        return paper_analogue(results, sweep[len("papers/") :])
     if kind == "summary" and sweep:
         return sweep_summary(results, sweep)
     if kind == "run" and sweep:
         return sweep_run(results, sweep)
-    raise CreditBenchError(f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run or PATH.md[#N]")
+    raise CreditBenchError(
+        f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, papers/NAME/analogue or PATH.md[#N]"
+    )
 
 
 # ---------------------------------------------------------------------------------- pages

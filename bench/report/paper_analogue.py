@@ -41,15 +41,17 @@ def _row_of(report: dict, label: str, method: str) -> dict | None:
 
 def _cell(entry: PaperResult, row: dict | None) -> str:
     scale, digits = UNITS[entry.unit], 2 if entry.unit == "percent" else 3
-    paper = f"{entry.value:.{digits}f}"
+
+    def fmt(x: float) -> str:
+        return f"{round(x, digits) + 0.0:.{digits}f}"  # + 0.0: no "-0.000" from rounding
+
     m = ((row or {}).get("metrics") or {}).get(entry.metric)
     if not isinstance(m, dict) or not isinstance(m.get("mean"), (int, float)):
-        return f"{paper} · -"
-    text = f"{paper} · {m['mean'] * scale:.{digits}f}"
+        return f"{fmt(entry.value)} · -"
+    text = f"{fmt(entry.value)} · {fmt(min(1.0, max(0.0, m['mean'])) * scale)}"
     lo, hi = m.get("lo"), m.get("hi")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and (m.get("n") or 0) > 1:
-        lo, hi = max(0.0, lo) * scale, min(1.0, hi) * scale
-        text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+        text += f" [{fmt(min(1.0, max(0.0, lo)) * scale)}, {fmt(min(1.0, max(0.0, hi)) * scale)}]"
     return text
 
 
@@ -84,7 +86,7 @@ def render_analogue(paper: Paper, report: dict | None, sweep: str) -> str:
     first = report["rows"][0] if report and report.get("rows") else {}
     design = (
         f" Analogue: {first.get('model')} on {first.get('task')}, {len(first.get('seeds', []))} seeds per "
-        f"configuration; the paper: {entries[0].model} on {entries[0].benchmark}."
+        f"configuration; the paper: {entries[0].model} on {entries[0].benchmark}, one seed."
         if first and entries
         else ""
     )

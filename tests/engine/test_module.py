@@ -89,12 +89,12 @@ def test_lora_arca_trains_only_the_adapter_and_reads_the_residual(policy_dir, mi
     ARCA's residual is zero at the first step (LoRA's B starts at 0: uniform weights, Gini 0) and
     positive once the adapter has moved. Fused (1 minibatch) and separate-scoring paths both."""
     from bench.engine.policy import add_lora
-    from methods.arca import ARCA, ARCAConfig, salience_weights
+    from methods.arca import ARCA, ARCAConfig, token_weights
 
     class ArcaEveryTokenUp(ARCA):  # a random policy earns no reward: push every token, ARCA-weighted
         def credit(self, batch):
             self.seen.append(batch.hidden_residual.clone())
-            return salience_weights(batch.hidden_residual, batch.completion_mask, "sum")
+            return token_weights(batch.hidden_residual, batch.completion_mask, ARCAConfig(scale="mean_one"))
 
     model, tok = load_policy(policy_dir)
     base = {k: v.clone() for k, v in model.state_dict().items()}
