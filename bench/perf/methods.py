@@ -10,13 +10,17 @@ called without a Trainer (``bench.engine.step.score_batch`` then ``bench.engine.
 forward with grad, the method's credit and loss, aggregation, backward, clip and AdamW;
 ``score_batch`` holds any extra forward a method needs, such as ARCA's adapter-off pass). The KL
 term is off for every method so that only credit and loss differ. A method that needs LoRA (ARCA)
-is compared with the baseline under the same LoRA adapter. Methods are interleaved within each
+is compared with the baseline under the same LoRA adapter. A method's ``augment`` is part of its
+step when it only scores (GCPO's negative-prompt forward, through the Sampler's ``logprobs``); a
+method that generates there (IBPO's revisions) is timed on the batch as sampled, without them, as
+generation is the rollout benchmark's (bench.perf.engines). Methods are interleaved within each
 repetition; the median over repetitions (after one warm-up) is reported, with valid tokens per
 second and the peak resident memory the step adds (CPU; peak allocated memory on CUDA).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -27,9 +31,10 @@ import time
 
 import torch
 
-from bench.config import RLConfig
+from bench.config import RLConfig, SamplingConfig
 from bench.core import RolloutBatch
 from bench.engine.policy import add_lora, build_tiny, num_parameters
+from bench.engine.sampling import RolloutSampler
 from bench.engine.step import score_batch, update
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS
@@ -113,6 +118,20 @@ def _to(b: RolloutBatch, device) -> RolloutBatch:
     )
 
 
+class NoGeneration(Exception):
+    """Raised by the benchmark's sampler where a method would generate."""
+
+
+class ScoringSampler(RolloutSampler):
+    """The Sampler a method's ``augment`` gets here: it scores with the policy, it does not generate."""
+
+    def generate(self, prompts, rows):
+        raise NoGeneration
+
+    def complete(self, batch, index, prefixes):
+        raise NoGeneration
+
+
 class Bench:
     """One policy (optionally with LoRA) and a plain AdamW, driving the engine's update without a Trainer."""
 
@@ -122,6 +141,7 @@ class Bench:
         self.policy.to(device).train()
         self.device = device
         self.params = num_parameters(model)
+        self.sampler = ScoringSampler(None, self.tok, None, SamplingConfig(), policy=self.policy)
 
     def step(self, method_name: str, batch: RolloutBatch) -> tuple[float, int]:
         cls = METHODS.get(method_name)
@@ -130,8 +150,13 @@ class Bench:
         opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=1e-6)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         b = batch.select(torch.arange(batch.size, device=batch.completion_ids.device))  # fresh, unscored copy
+        b.prompts = self.tok.batch_decode(b.prompt_ids, skip_special_tokens=True)  # what augment reads
+        b.completions = self.tok.batch_decode(b.completion_ids, skip_special_tokens=True)
+        b.rows = [{"id": str(i)} for i in range(b.size)]
         with PeakMemory(self.device) as mem:
             t0 = time.perf_counter()
+            with contextlib.suppress(NoGeneration):
+                b = method.augment(b, self.sampler)
             hidden_off = score_batch(self.policy, None, method, b, rl, fused=True)
             update(self.policy, method, b, rl, opt, sched, torch.Tensor.backward, fused=True, hidden_off=hidden_off)
             if self.device.type == "cuda":
@@ -216,8 +241,9 @@ def markdown(results: list[dict], a, host: str, params: int) -> str:
         "",
         f"{a.size} ({params:,} parameters), fp32, {a.tokens} completion tokens per batch (rows = tokens / "
         f"length, groups of {G}, lengths in [T/2, T]), KL off, median of {a.reps} interleaved repetitions "
-        "after a warm-up. Update = the engine's score_batch + update (forward with grad, credit, loss, "
-        "backward, clip, AdamW). Methods that need LoRA (adapter-on/off hidden states) are compared with "
+        "after a warm-up. Update = the method's augment when it only scores (GCPO's negative-prompt "
+        "forward; IBPO's revisions are generation, not timed here), then the engine's score_batch + update "
+        "(forward with grad, credit, loss, backward, clip, AdamW). Methods that need LoRA (adapter-on/off hidden states) are compared with "
         f"{a.baseline} under the same LoRA adapter (rank 8). Memory = peak resident memory the step adds, "
         "sampled every millisecond after returning the allocator's free pages (malloc_trim).",
         "",
