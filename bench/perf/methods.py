@@ -243,7 +243,8 @@ def markdown(results: list[dict], a, host: str, params: int) -> str:
         f"length, groups of {G}, lengths in [T/2, T]), KL off, median of {a.reps} interleaved repetitions "
         "after a warm-up. Update = the method's augment when it only scores (GCPO's negative-prompt "
         "forward; IBPO's revisions are generation, not timed here), then the engine's score_batch + update "
-        "(forward with grad, credit, loss, backward, clip, AdamW). Methods that need LoRA (adapter-on/off hidden states) are compared with "
+        "(forward with grad, credit, loss, backward, clip, AdamW). Methods that need LoRA (adapter-on/off "
+        "hidden states) are compared with "
         f"{a.baseline} under the same LoRA adapter (rank 8). Memory = peak resident memory the step adds, "
         "sampled every millisecond after returning the allocator's free pages (malloc_trim).",
         "",
