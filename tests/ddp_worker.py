@@ -45,7 +45,7 @@ CASES = {
     "grpo": ("grpo", {"kl_coef": 0.04}),  # seq-mean-token-mean, with the KL term to a different reference
     "dapo": ("dapo", {}),  # token-mean
     "dr_grpo": ("dr_grpo", {}),  # seq-mean-token-sum-norm
-    "entropy_top": ("entropy_top", {"denominator": "selected"}),  # token-mean over the selected tokens, top-k per minibatch
+    "entropy_top": ("entropy_top", {"denominator": "selected"}),  # top-k per minibatch, mean over it
 }
 GROUPS, G, P, T = 5, 4, 8, 12  # groups, completions per group, prompt and completion budget
 SHARES = [range(0, 2), range(2, 5)]  # the groups of each of 2 processes: unequal rows and tokens
