@@ -31,7 +31,7 @@ def test_methods_and_tasks_are_listed(capsys):
     "argv, expected",
     [
         (["--method.name", "grpoo"], "unknown method 'grpoo'. Did you mean 'grpo'"),
-        (["--method.name", "grpoo"], "Valid methods: arca, dapo, dr_grpo"),
+        (["--method.name", "grpoo"], "Valid methods: arca, dapo, delta, dr_grpo"),
         (["--task.name", "arithmetik"], "Did you mean 'arithmetic'"),
         (["--model.name", "tiny-1m"], "Valid model sizes: tiny-2m, tiny-500k, tiny-8m"),
         (["--model.name", "./no/such/model"], "model directory './no/such/model' does not exist"),
@@ -45,7 +45,7 @@ def test_methods_and_tasks_are_listed(capsys):
         (["--model.lora.rank", "-1"], "model.lora.rank must be >= 0"),
         (
             ["--method.name", "arca", "--model.lora.rank", "8", "--method.options", "{signal: grad}"],
-            "valid: residual, surprisal, entropy_reduction, policy_divergence",
+            "valid: residual, uniform, surprisal, entropy_reduction, policy_divergence",
         ),
         (["--method.name", "grpo_lambda", "--method.options", "{style: old}"], "valid: recent, both"),
         (["--method.name", "ibpo", "--method.options", "{alignment: fuzzy}"], "valid: diff, prefix_suffix"),

@@ -50,9 +50,9 @@ def test_every_shipped_sweep_builds_short_of_its_weights(path):
         assert p.params > 0 and 0 < p.trainable <= p.params
         if run.cfg.model.lora.rank:
             assert p.trainable < p.params
-        if path.parent.name == "papers":
-            if run.cfg.model.lora.rank:
-                assert p.trainable < 0.02 * p.params
+        if path.parent.name == "papers" and not run.cfg.model.name.startswith("tiny-"):  # not an analogue
+            if run.cfg.model.lora.rank:  # ARCA's rank 64 on attention and MLP: 4% of Qwen3-1.7B
+                assert p.trainable < 0.05 * p.params
             assert p.static_gb < 0.9 * GPU_GB, f"{run.key}: {p.line()}"
             expected = published_params(run.cfg.model.name)
             assert expected is not None, f"{run.cfg.model.name} has no architecture in bench.run.hub_archs"
