@@ -39,6 +39,8 @@ def rows(uri: str, sweep: str, experiment: str = "creditbench") -> list[dict]:
         task = tags.get("task", "")
         evals = client.get_metric_history(rid, f"eval/{task}/pass_at_1")
         evals.sort(key=lambda m: m.step)
+        if not evals:  # the sweep's parent run (no task of its own)
+            continue
         row = {
             "run": tags.get("mlflow.runName", rid),
             "method": tags.get("method"),
