@@ -74,6 +74,7 @@ AdaptedPass = Literal["separate", "training"]
 Hidden = Literal["post_norm", "pre_norm"]
 Negative = Literal["clamp", "abs"]
 AllZero = Literal["uniform", "zero"]
+WEIGHTS = "arca_weights"  # batch.extra key: the [B, T] weights credit() computed
 
 
 @dataclass(frozen=True)
@@ -211,14 +212,18 @@ class ARCA(GRPO):
         return token_weights(self.salience(batch), batch.completion_mask, self.config, uniform).detach()
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
-        return super().credit(batch) * self.weights(batch)
+        w = self.weights(batch)
+        batch.extra[WEIGHTS] = w  # carried to the minibatches for the loss's diagnostics
+        return super().credit(batch) * w
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         if self.config.objective == "clipped":
             out = super().loss(batch, logprobs, credit)
         else:
             out = LossOutput(-credit * logprobs)
-        out.scalars.update(weight_concentration(self.weights(batch), batch.completion_mask, self.config.scale))
+        w = batch.extra.get(WEIGHTS)
+        if w is not None:
+            out.scalars.update(weight_concentration(w, batch.completion_mask, self.config.scale))
         return out
 
 

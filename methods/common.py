@@ -59,9 +59,12 @@ def group_advantage(
     """
     mean, std = group_mean_std(rewards, group_ids, unbiased)
     adv = rewards.float() - mean
-    if not scale:
-        return adv
-    return adv / (std.clamp(min=eps) if floor else std + eps)
+    return divide_by_std(adv, std, eps, floor) if scale else adv
+
+
+def divide_by_std(x: Tensor, std: Tensor, eps: float, floor: bool = False) -> Tensor:
+    """x / (std + eps), or x / max(std, eps) with ``floor``: a group advantage's division."""
+    return x / (std.clamp(min=eps) if floor else std + eps)
 
 
 def stored_selection(batch: RolloutBatch, key: str) -> Tensor:  # [B, T] bool

@@ -22,7 +22,8 @@ GRPO's group-normalised advantage (eq. 9) on every token, no KL term, and four c
 verl's recipe vs the paper: the recipe adds the punishment times ``overlong_buffer.penalty_factor``
 (1.0) in its reward manager, as here; it filters groups on the per-sample ``acc`` metric with up to
 ``max_num_gen_batches`` rollout batches (10 in the 80/20 script); it adds a dual clip (ratio capped
-at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe and that is not done here; it
+at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe (``dual_clip``, off here; the
+methods built on DAPO whose official recipes use it turn it on); it
 has no overlong filtering (recipe/dapo/dapo_ray_trainer.py trains on truncated samples, which the
 punishment gives -1): ``overlong_filter=False`` is the recipe's behaviour.
 
@@ -41,6 +42,7 @@ Deviations and reconstructions:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -82,6 +84,9 @@ class DAPOConfig(GroupStdConfig):
     """Train only on groups with mixed correctness and refill the batch (paper)."""
     max_gen_batches: int = 10
     """Most rollout batches per step while refilling (80/20 official script: 10)."""
+    dual_clip: float | None = None
+    """verl's dual clip c: in the loss a ratio counts at most c, capping an A < 0 token's loss at
+    -c A (verl's recipe: 10; not in the paper, so None: off)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,6 +95,10 @@ class DAPOConfig(GroupStdConfig):
         check(self.overlong_penalty >= 0, f"overlong_penalty must be >= 0, got {self.overlong_penalty}")
         check(self.max_gen_batches >= 1, f"max_gen_batches must be >= 1, got {self.max_gen_batches}")
         check_choice("overlong_denominator", self.overlong_denominator, OverlongDenominator)
+        check(
+            self.dual_clip is None or self.dual_clip > 1 + self.clip_high,
+            f"dual_clip must be None or > 1 + clip_high = {1 + self.clip_high}, got {self.dual_clip}",
+        )
 
 
 def soft_overlong_punishment(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:  # [B]
@@ -143,6 +152,8 @@ class DAPO(Method):
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         cfg = self.config
+        if cfg.dual_clip is not None:  # the ratio counts at most c: verl's dual clip, given c > 1 + clip_high
+            logprobs = torch.minimum(logprobs, batch.old_logprobs + math.log(cfg.dual_clip))
         log_ratio = logprobs - batch.old_logprobs  # [B, T]
         loss, clipped = clipped_surrogate(log_ratio, credit, cfg.clip_low, cfg.clip_high)
         return LossOutput(loss, {"clip_frac": clipped.float()}, mask=self.loss_mask(batch))

@@ -48,7 +48,6 @@ Deviations:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -76,8 +75,7 @@ class DelTAConfig(DAPOConfig):
     adv_eps: float = 1e-6
     """Added to the group std before dividing (verl's GRPO advantage: 1e-6)."""
     dual_clip: float | None = 10.0
-    """verl's dual clip c (run_DelTA.sh: clip_ratio_c = 10): a ratio counts at most c, which caps the
-    loss of A < 0 tokens at -c A; None drops it (the suite's DAPO)."""
+    """verl's dual clip c (run_DelTA.sh: clip_ratio_c = 10), DAPO's option turned on; None drops it."""
     refine_steps: int = 1
     """K: soft-posterior refinements of the centroids (run_DelTA.sh: 1)."""
     lam_min: float = 0.8
@@ -102,10 +100,6 @@ class DelTAConfig(DAPOConfig):
         )
         check(self.gamma_time > 0, f"gamma_time must be > 0, got {self.gamma_time}")
         check(self.margin_weight > 0, f"margin_weight must be > 0, got {self.margin_weight}")
-        check(
-            self.dual_clip is None or self.dual_clip > 1 + self.clip_high,
-            f"dual_clip must be None or > 1 + clip_high = {1 + self.clip_high}, got {self.dual_clip}",
-        )
 
 
 @torch.no_grad()
@@ -167,10 +161,7 @@ class DelTA(DAPO):
         return adv * w
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
-        c = self.config.dual_clip
-        if c is not None:  # the ratio counts at most c: verl's dual clip, given c > 1 + clip_high
-            logprobs = torch.minimum(logprobs, batch.old_logprobs + math.log(c))
-        out = super().loss(batch, logprobs, credit)
+        out = super().loss(batch, logprobs, credit)  # DAPO's, with its dual clip on
         w = batch.extra.get("delta_weight")
         if w is not None:
             valid = batch.completion_mask.bool()

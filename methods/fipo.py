@@ -40,7 +40,6 @@ Deviations and choices:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -66,8 +65,8 @@ class FIPOConfig(DAPOConfig):
     """Negative-advantage tokens with ratio above this get f capped to [0.8, 1]; None disables
     (ms-swift fipo_safety_threshold: 4.0)."""
     dual_clip: float | None = 10.0
-    """delta: the ratio counts at most delta in the loss, and tokens above it add nothing to
-    FutureKL (official 32B script: 10; ms-swift's default None disables both)."""
+    """delta: DAPO's dual clip (the ratio counts at most delta in the loss), and tokens above it add
+    nothing to FutureKL (official 32B script: 10; ms-swift's default None disables both)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,10 +75,6 @@ class FIPOConfig(DAPOConfig):
         check(eps is None or 0 <= eps < 1, f"influence_clip must be None or in [0, 1), got {eps}")
         s = self.safety_threshold
         check(s is None or s > 0, f"safety_threshold must be None or > 0, got {s}")
-        check(
-            self.dual_clip is None or self.dual_clip > 1 + self.clip_high,
-            f"dual_clip must be None or > 1 + clip_high = {1 + self.clip_high}, got {self.dual_clip}",
-        )
 
 
 def future_kl(delta: Tensor, mask: Tensor, gamma: float) -> Tensor:  # [B, T]
@@ -114,8 +109,6 @@ class FIPO(DAPO):
         cfg = self.config
         log_ratio = logprobs.detach() - batch.old_logprobs  # [B, T]
         f, fkl = influence_weight(log_ratio, credit, batch.completion_mask, cfg)
-        if cfg.dual_clip is not None:  # ms-swift: coef_1 = clamp(coef_1, max=delta)
-            logprobs = torch.minimum(logprobs, batch.old_logprobs + math.log(cfg.dual_clip))
-        out = super().loss(batch, logprobs, credit * f)
+        out = super().loss(batch, logprobs, credit * f)  # DAPO's dual clip: ms-swift's clamp(coef_1, max=delta)
         out.stats.update({"fipo_future_kl": fkl, "fipo_weight": f})
         return out

@@ -44,7 +44,7 @@ Deviations:
 4. ``entropy_penalty`` (default 0): the scripts add c * mean(-log pi(y_t)) to the loss, c = 0.02
    (Qwen2.5-VL-7B) and 0.16 (Qwen3-VL-8B). It is a recipe term outside the credit and gives
    equal-reward groups a gradient, so it is off by default.
-5. As DAPO here: EasyR1's dual clip (ratio capped at 3 for A < 0) is not applied, and dynamic
+5. EasyR1's dual clip (ratio capped at 3 for A < 0) is off by default (``dual_clip: 3.0`` applies it), and dynamic
    sampling stops after ``max_gen_batches`` rollout batches (official: no limit).
 6. ``normalization="none"`` uses w_t = D_t itself, the text-to-image code's fallback; the
    configured default there ("softmax", temperature 0.1) is not implemented by either path.

@@ -96,7 +96,7 @@ from torch import Tensor
 from bench.core import LossOutput, RolloutBatch, Sampler, check
 from bench.registry import METHODS
 from methods.align import Alignment, align_to_nearest, common_prefix_suffix, levenshtein_kept, sibling_similarity
-from methods.common import check_choice, group_mean_std
+from methods.common import check_choice, divide_by_std, group_mean_std
 from methods.grpo import GRPO, GRPOConfig, normalised_advantage
 
 Mode = Literal["shaping", "edit_mask", "diff_credit"]
@@ -245,10 +245,9 @@ class IBPO(GRPO):
         n = int(gid.max()) + 1
         mean = torch.zeros(n, device=gid.device).index_put((gid[orig],), mean)[gid]  # [B]
         std = torch.zeros(n, device=gid.device).index_put((gid[orig],), std)[gid]
-        std = std.clamp(min=cfg.adv_eps) if cfg.eps_mode == "floor" else std + cfg.adv_eps
 
         def advantage(r: Tensor) -> Tensor:  # [B]: GRPO's A of reward r in each row's group
-            return (r - mean) / std if cfg.scale_rewards else r - mean
+            return divide_by_std(r - mean, std, cfg.adv_eps, cfg.eps_mode == "floor") if cfg.scale_rewards else r - mean
 
         wrong, right = orig & ~batch.correct, orig & batch.correct
         ids, lengths = batch.completion_ids, batch.lengths

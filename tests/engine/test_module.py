@@ -216,9 +216,9 @@ class FirstCharIsDigit:
         return [Outcome(float(c[:1].isdigit()), c[:1].isdigit()) for c in completions]
 
 
-def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
-    """IBPO's repair mode on the real engine: repaired rows (spliced prefix + policy continuation)
-    join the batch before scoring, are scored and trained on, and their generation is counted."""
+def _ibpo_run(policy_dir, steps: int, **options) -> tuple[list, list[dict], RLVRModule]:
+    """``steps`` RL steps of IBPO with ``options`` on the real engine: the batches credit() saw,
+    the logged rows and the module."""
     from methods.ibpo import IBPO, IBPOConfig
 
     seen = []
@@ -229,18 +229,17 @@ def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
             return super().credit(batch)
 
     model, tok = load_policy(policy_dir)
-    rl = RLConfig(steps=3, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
+    rl = RLConfig(steps=steps, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
     task = FirstCharIsDigit()
-    module = RLVRModule(
-        model,
-        tok,
-        Recording(IBPOConfig(mode="diff_credit", repair=True, kl_coef=0.0)),
-        task,
-        "arithmetic",
-        rl,
-        EvalConfig(num_problems=4),
-    )
-    rows = fit_rows(module, task.inner, rl, 3)
+    method = Recording(IBPOConfig(kl_coef=0.0, **options))
+    module = RLVRModule(model, tok, method, task, "arithmetic", rl, EvalConfig(num_problems=4))
+    return seen, fit_rows(module, task.inner, rl, steps), module
+
+
+def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
+    """IBPO's repair mode on the real engine: repaired rows (spliced prefix + policy continuation)
+    join the batch before scoring, are scored and trained on, and their generation is counted."""
+    seen, rows, module = _ibpo_run(policy_dir, 3, mode="diff_credit", repair=True)
     repaired = [int(b.extra["repair"].sum()) for b in seen]
     assert sum(repaired) > 0, "some step had an incorrect row with a correct sibling"
     for b, n in zip(seen, repaired):
@@ -253,22 +252,7 @@ def test_ibpo_shaping_revises_through_the_real_sampler(policy_dir):
     """IBPO's default mode on the real engine: every incorrect row (each has siblings) is revised by
     the policy through Sampler.generate, counted in the sample budget; the verdicts reach credit()
     per row, and the revisions are not trained on (the batch keeps its size)."""
-    from methods.ibpo import IBPO, IBPOConfig
-
-    seen = []
-
-    class Recording(IBPO):
-        def credit(self, batch):
-            seen.append(batch)
-            return super().credit(batch)
-
-    model, tok = load_policy(policy_dir)
-    rl = RLConfig(steps=2, prompts_per_step=4, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
-    task = FirstCharIsDigit()
-    module = RLVRModule(
-        model, tok, Recording(IBPOConfig(kl_coef=0.0)), task, "arithmetic", rl, EvalConfig(num_problems=4)
-    )
-    rows = fit_rows(module, task.inner, rl, 2)
+    seen, rows, module = _ibpo_run(policy_dir, 2)
     revised = [int(b.extra["revisions"].sum()) for b in seen]
     assert [b.size for b in seen] == [16, 16] and [r["train/batch_size"] for r in rows] == [16, 16]
     assert revised == [int((~b.correct).sum()) for b in seen] and sum(revised) > 0

@@ -111,6 +111,7 @@ def test_the_loss_is_reinforce_summed_over_tokens_and_averaged_over_completions(
     total.backward()
     assert lp.grad.flatten().tolist() == pytest.approx([-a * 0.25, -a * 0.25, a * w1[0] / 2, a * w1[1] / 2])
     assert m.config.kl_coef == 0.0 and "clip_frac" not in out.stats
+    assert float(out.scalars["weight_gini"]) == pytest.approx((0.0 + 0.4) / 2)  # [.5,.5]: 0; [.1,.9]: .8/2
 
 
 def test_the_papers_gini_and_effn_definitions():

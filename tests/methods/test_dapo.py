@@ -182,3 +182,34 @@ def test_paper_defaults_and_validation():
         DAPOConfig(max_gen_batches=0)
     with pytest.raises(CreditBenchError, match="kept, all"):
         DAPOConfig(overlong_denominator="some")
+
+
+def test_dual_clip_is_an_option_off_by_default():
+    """A = -1, ratio 6 (log-ratio ln 6): unclipped loss -min(6 * -1, clip(6) * -1) = 6; with
+    dual_clip 5 the ratio counts at most 5: loss 5 and no gradient through the token."""
+    b = _batch_for_dual_clip()
+    lp = (b.old_logprobs + math.log(6.0)).requires_grad_()
+    credit = -torch.ones_like(lp)
+    assert DAPOConfig().dual_clip is None
+    assert float(DAPO(DAPOConfig(overlong_filter=False)).loss(b, lp, credit).loss[0, 0]) == pytest.approx(6.0)
+    out = DAPO(DAPOConfig(overlong_filter=False, dual_clip=5.0)).loss(b, lp, credit).loss
+    assert float(out[0, 0]) == pytest.approx(5.0)
+    out[0, 0].backward()
+    assert float(lp.grad[0, 0]) == 0.0
+    with pytest.raises(CreditBenchError, match="dual_clip must be None or > 1 \\+ clip_high"):
+        DAPOConfig(dual_clip=1.1)
+
+
+def _batch_for_dual_clip():
+    return RolloutBatch(
+        prompt_ids=torch.zeros(1, 1, dtype=torch.long),
+        prompt_mask=torch.ones(1, 1, dtype=torch.long),
+        completion_ids=torch.zeros(1, 1, dtype=torch.long),
+        completion_mask=torch.ones(1, 1, dtype=torch.long),
+        group_ids=torch.zeros(1, dtype=torch.long),
+        rewards=torch.zeros(1),
+        correct=torch.zeros(1, dtype=torch.bool),
+        truncated=torch.zeros(1, dtype=torch.bool),
+        max_new_tokens=10,
+        old_logprobs=torch.full((1, 1), -2.0),
+    )
