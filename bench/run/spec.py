@@ -17,6 +17,7 @@
     target: 0.9                          # cost to reach the baseline's base + 0.9 x its gain in pass@1
     target_of: gain                      # or final: 0.9 x the baseline's final pass@1
     threads: 1                           # torch threads per run (default: cores // jobs)
+    analysis: {margin: 0.03, controls: {arca: grpo-lora16}, sd_train: 0.02, sd_item: 0.45}
 
 A spec is parsed like a run config: jsonargparse checks every value against the dataclasses below,
 whose field docstrings document the keys. Two shorthands are expanded first: a list key given a
@@ -93,6 +94,40 @@ class Budget:
 
 
 @dataclass
+class Analysis:
+    """How the report compares methods (bench.report.inference) and how ``--dry-run`` sizes the design."""
+
+    metric: str = "pass_at_1"
+    """The primary metric: the family of comparisons (every label vs its control, per model and task)
+    is tested on it with Holm's correction."""
+    alpha: float = 0.05
+    """Family-wise error rate of the comparisons (Holm) and level of the equivalence tests."""
+    power: float = 0.8
+    """Power at which the minimum detectable difference is stated."""
+    margin: float = 0.03
+    """Equivalence margin (the metric's scale): "no difference" is claimed only when a TOST bounds the
+    difference within +-margin."""
+    controls: dict[str, str] = field(default_factory=dict)
+    """Label -> the label it is compared with instead of the baseline (e.g. a LoRA method with
+    the rank-matched LoRA baseline)."""
+    sd_train: float | None = None
+    """Prior SD of a run's primary metric from training alone (between seeds), for ``--dry-run``."""
+    sd_item: float | None = None
+    """Prior within-problem sampling SD (sqrt of the mean of p(1-p) over problems), for ``--dry-run``."""
+    pilot: str | None = None
+    """A sweep under the results folder whose runs give the variance components for ``--dry-run``
+    (instead of sd_train and sd_item)."""
+
+    def __post_init__(self) -> None:
+        check(0 < self.alpha < 0.5, f"analysis.alpha must be in (0, 0.5), got {self.alpha}")
+        check(0 < self.power < 1, f"analysis.power must be in (0, 1), got {self.power}")
+        check(self.margin > 0, f"analysis.margin must be > 0, got {self.margin}")
+        for name in ("sd_train", "sd_item"):
+            value = getattr(self, name)
+            check(value is None or value >= 0, f"analysis.{name} must be >= 0, got {value}")
+
+
+@dataclass
 class SweepSpec:
     name: str
     """results/<name>/ and the parent MLflow run's name: a plain directory name."""
@@ -128,6 +163,9 @@ class SweepSpec:
     """gain: the baseline's mean base pass@1 + target x its gain; final: target x its final pass@1."""
     threads: int = 0
     """torch threads per run (0: the machine's cores // the sweep's jobs)."""
+    analysis: Analysis = field(default_factory=Analysis)
+    """The comparison's statistics: primary metric, alpha, power, equivalence margin, controls and the
+    variance prior of ``--dry-run``."""
 
     def __post_init__(self) -> None:
         check(
@@ -167,6 +205,9 @@ class SweepSpec:
             self.baseline in labels,
             f"baseline {self.baseline!r} is not one of the sweep's method labels: {', '.join(labels)}",
         )
+        for label, control in self.analysis.controls.items():
+            for x in (label, control):
+                check(x in labels, f"analysis.controls: {x!r} is not one of the sweep's method labels: {', '.join(labels)}")
         return entries
 
 
