@@ -1,5 +1,6 @@
 """The statistics of a report: the efficiency of a learning curve (normalised area, cost to a
-target) and the Student-t interval over seeds."""
+target), the Student-t interval over seeds, per-problem pass@k, multiplicity adjustments and the
+minimum detectable difference (the model they serve: bench.report.inference)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from bench.errors import CreditBenchError
 
 
 def _curve(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -76,3 +79,67 @@ def min_detectable_difference(sd: float, n: int, alpha: float = 0.05, power: flo
     if n < 2 or not math.isfinite(sd):
         return None
     return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
+
+
+def pass_at_k_per_problem(correct: Sequence[int] | np.ndarray, n: int, k: int) -> np.ndarray:
+    """The unbiased pass@k of each problem from its correct count c out of n samples:
+    1 - C(n-c, k) / C(n, k) (Chen et al. 2021), computed in log space; 1 where n - c < k."""
+    from scipy.special import gammaln
+
+    c = np.asarray(correct, dtype=float)
+    if not 1 <= k <= n or np.any((c < 0) | (c > n)):
+        raise CreditBenchError(f"pass@k needs 1 <= k <= n and 0 <= correct <= n, got k={k}, n={n}")
+    w = n - c  # wrong samples
+    ok = w >= k
+    ratio = np.exp(
+        gammaln(np.where(ok, w, k) + 1) - gammaln(np.where(ok, w - k, 0) + 1) + gammaln(n - k + 1) - gammaln(n + 1)
+    )
+    return np.where(ok, 1.0 - ratio, 1.0)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values of a family, in its order: the i-th smallest p times
+    (m - i + 1), made non-decreasing, capped at 1."""
+    p = np.asarray(pvalues, dtype=float)
+    order, m = np.argsort(p), len(p)
+    adj = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out = np.empty(m)
+    out[order] = adj
+    return out.tolist()
+
+
+def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg step-up adjusted p-values (q-values) of a family, in its order: the
+    i-th smallest p times m / i, made non-decreasing from the largest down, capped at 1."""
+    p = np.asarray(pvalues, dtype=float)
+    order, m = np.argsort(p), len(p)
+    adj = np.minimum.accumulate((p[order] * m / np.arange(1, m + 1))[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(adj, 1.0)
+    return out.tolist()
+
+
+def mde(sigma: float, n_seeds: int, df: int, alpha: float = 0.05, m: int = 1, power: float = 0.8) -> float:
+    """The smallest true difference of two means over ``n_seeds`` that a two-sided t-test with ``df``
+    degrees of freedom at alpha/m (Bonferroni) finds with probability ``power``, for runs of sd
+    ``sigma``: (t_{1-alpha/(2m), df} + t_{power, df}) * sigma * sqrt(2/n_seeds) (bench.report.inference)."""
+    from scipy import stats
+
+    a = alpha / max(m, 1)
+    return float((stats.t.ppf(1 - a / 2, df) + stats.t.ppf(power, df)) * sigma * math.sqrt(2 / n_seeds))
+
+
+def mean_interval(y: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """An interval for the mean of values ``y`` [..., S] in [0, 1] (e.g. one per seed) that stays in
+    [0, 1]: Student-t (df S-1) on the arcsine-square-root scale, asin(sqrt(m)) -+ t * SE_m /
+    (2 sqrt(m(1-m))) (delta method), clipped to [0, pi/2] and mapped back by sin^2; (lo, hi) [...].
+    Why this construction: bench.report.inference, item 3."""
+    from scipy import stats
+
+    y = np.asarray(y, dtype=float)
+    S, m = y.shape[-1], y.mean(-1)
+    theta = np.arcsin(np.sqrt(m))
+    with np.errstate(divide="ignore", invalid="ignore"):  # m in {0, 1}: every run there, SE 0
+        se = np.nan_to_num(y.std(-1, ddof=1) / (2 * math.sqrt(S) * np.sqrt(m * (1 - m))))
+    half = stats.t.ppf(0.5 + level / 2, S - 1) * se
+    return np.sin(np.clip(theta - half, 0, np.pi / 2)) ** 2, np.sin(np.clip(theta + half, 0, np.pi / 2)) ** 2

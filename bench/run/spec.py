@@ -207,7 +207,10 @@ class SweepSpec:
         )
         for label, control in self.analysis.controls.items():
             for x in (label, control):
-                check(x in labels, f"analysis.controls: {x!r} is not one of the sweep's method labels: {', '.join(labels)}")
+                check(
+                    x in labels,
+                    f"analysis.controls: {x!r} is not one of the sweep's method labels: {', '.join(labels)}",
+                )
         return entries
 
 
