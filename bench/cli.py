@@ -123,7 +123,9 @@ def cmd_summarize(argv: list[str]) -> int:
     if spec is None:  # the report's settings are then a sweep spec's defaults
         report = build_report(runs, sweep=a.sweep)
     else:
-        report = build_report(runs, spec.baseline, spec.target, spec.budget.as_dict(), a.sweep, spec.target_of)
+        report = build_report(
+            runs, spec.baseline, spec.target, spec.budget.as_dict(), a.sweep, spec.target_of, spec.analysis
+        )
     if report["baseline"] not in {r.label for r in runs}:
         report["baseline"] = ""
     written = write_files(report, out, plots=not a.no_plots)
@@ -171,6 +173,9 @@ def cmd_sweep(argv: list[str]) -> int:
                 plans[f"{r.label}/{r.cfg.model.name}"] = line  # seeds differ in nothing the plan sees
                 print(f"    {line}")
         print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
+        from bench.report.design import design_lines
+
+        print("\n".join(design_lines(sweep, a.results_dir)))
         return 0
     report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri)
     print(markdown(report))

@@ -51,7 +51,7 @@ def _ci(ci: dict | None, signed: bool = False) -> str:
     if not ci or ci.get("mean") is None:
         return "–"
     f = "{:+.3f}" if signed else "{:.3f}"
-    if ci.get("n", 1) < 2:
+    if ci.get("lo") is None:
         return f.format(ci["mean"])
     return f"{f.format(ci['mean'])} [{f.format(ci['lo'])}, {f.format(ci['hi'])}]"
 

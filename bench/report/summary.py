@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from bench.errors import CreditBenchError
-from bench.report.stats import cost_to_target, curve_auc, t_interval
+from bench.report.comparisons import analyse, blame_markdown, blame_table, difference, interval
+from bench.report.stats import cost_to_target, curve_auc
 from bench.run.result import RunResult
-from bench.run.spec import TARGETS, SweepSpec
+from bench.run.spec import TARGETS, Analysis, SweepSpec
 from bench.run.sweep import Sweep
 
 RUN_METRICS = (
@@ -83,6 +84,7 @@ def build_report(
     budget: dict[str, int] | None = None,
     sweep: str = "",
     target_of: str = SweepSpec.target_of,
+    analysis: Analysis | None = None,
 ) -> dict[str, Any]:
     """The report dict (INTERFACES: results/<sweep>/report.json) of a sweep's runs; the baseline and
     target settings default to a sweep spec's."""
@@ -150,7 +152,7 @@ def build_report(
         seeds = sorted(vals)
         names = [k for k in vals[seeds[0]] if k.startswith(("pass_at_", "avg_at_"))] + list(RUN_METRICS)
         names += [m for m in OPTIONAL_METRICS if any(vals[s].get(m) is not None for s in seeds)]
-        metrics = {m: t_interval([vals[s].get(m) for s in seeds]) for m in names}
+        metrics = {m: interval([vals[s].get(m) for s in seeds], m) for m in names}
         vs = {}
         base_vals = per_run.get((baseline, model, task, ev))
         if label != baseline and base_vals:
@@ -162,7 +164,7 @@ def build_report(
                     None if vals[s].get(m) is None or base_vals[s].get(m) is None else vals[s][m] - base_vals[s][m]
                     for s in paired
                 ]
-                vs[m] = {k: v for k, v in t_interval(diffs).items() if k != "values"} | {"seeds": paired}
+                vs[m] = difference(diffs, m) | {"seeds": paired}
         ks = sorted(int(m.split("_")[-1]) for m in names if m.startswith("pass_at_"))
         n = next((int(m.split("_")[-1]) for m in names if m.startswith("avg_at_")), max(ks))
         rows.append(
@@ -193,6 +195,8 @@ def build_report(
         "compute_s": round(sum(r.wall_s for r in runs), 1),
         "horizons": {f"{m}/{t}/{e}": h for (m, t, e), h in horizon.items()},
         "rows": rows,
+        "analysis": analyse(runs, baseline, analysis or Analysis()),
+        "blame": blame_table(runs),
         "credit_maps": _credit_maps(runs),
     }
 
@@ -209,7 +213,7 @@ def _mean_curve(curves: list[tuple[list[float], list[float], list[float]]]) -> d
     tok = np.mean([np.interp(xs0, xs, xt) for xs, xt, _ in curves], axis=0)
     out["tokens"] = [float(t) for t in tok]
     for x in xs0:
-        ci = t_interval([float(np.interp(x, xs, y)) for xs, _, y in curves])
+        ci = interval([float(np.interp(x, xs, y)) for xs, _, y in curves], "pass_at_1")
         out["pass_at_1"].append(ci["mean"])
         out["pass_at_1_lo"].append(ci["lo"])
         out["pass_at_1_hi"].append(ci["hi"])
@@ -246,15 +250,17 @@ def _fmt(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
         if ci and ci.get("reached") is not None:
             return f"not reached ({ci['reached']}/{ci['n']})"
         return "–"
+    if ci.get("lo") is None:
+        return f"{ci['mean'] / scale:.{digits}f}"
     m, lo, hi = (ci[k] / scale for k in ("mean", "lo", "hi"))
-    if ci.get("n", 1) < 2:
-        return f"{m:.{digits}f}"
     return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def _signed(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
     if not ci or ci.get("mean") is None:
         return "–"
+    if ci.get("lo") is None:
+        return f"{ci['mean'] / scale:+.{digits}f}"
     m, lo, hi = (ci[k] / scale for k in ("mean", "lo", "hi"))
     return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
@@ -266,7 +272,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"# Sweep `{report['sweep']}`",
         "",
         f"{report['runs']} runs, budget {budget} per run, {report['compute_s'] / 60:.1f} min of run time. "
-        f"Each cell: mean over seeds [95% t-interval]; Δ is the paired (same seed) difference to `{base}`. "
+        f"Each cell: mean over seeds [95% interval over seeds, inside the metric's range; none with fewer than "
+        f"3 seeds]; Δ is the paired (same seed) difference to `{base}`, uncorrected (the corrected comparisons "
+        f"are under Comparisons). "
         f"AUC: mean pass@1 over the budget (samples) or over the least tokens any run of that model used; "
         f"to-target: training samples (k) / generated tokens (M) until pass@1 reaches "
         + (
@@ -301,6 +309,20 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |"
             )
         out.append("")
+    a = report.get("analysis")
+    if a:
+        out += [
+            "## Comparisons",
+            "",
+            f"Primary metric `{a['metric']}` at the end of training, each label against `{base}` (or its control), "
+            "analysed with a method x seed model (the training seed is the unit of replication; the residual "
+            "variance is pooled across methods); p-values Holm- (and BH-) adjusted across the whole family; "
+            "'equivalent' only where a TOST bounds the difference within the margin.",
+            "",
+            a["markdown"],
+            "",
+        ]
+    out += blame_markdown(report.get("blame") or [])
     return "\n".join(out)
 
 
@@ -350,6 +372,7 @@ def _atomic(path: Path, text: str) -> Path:
 def write_report(sweep: Sweep, results_dir: str = "results", plots: bool = True) -> dict[str, Any]:
     """Build and write the report of a loaded sweep from its finished runs."""
     runs = load_runs(results_dir, sweep.name, [r.key for r in sweep.runs])
-    report = build_report(runs, sweep.baseline, sweep.spec.target, sweep.budget, sweep.name, sweep.spec.target_of)
+    spec = sweep.spec
+    report = build_report(runs, sweep.baseline, spec.target, sweep.budget, sweep.name, spec.target_of, spec.analysis)
     write_files(report, Path(results_dir) / sweep.name, plots)
     return report

@@ -1,0 +1,156 @@
+"""The report's inference: per-row intervals that respect each metric's range, the family of method
+comparisons on the primary metric (bench.report.inference: method x seed model, Holm and BH, TOST,
+the design's minimum detectable difference) and the blame-alignment table.
+
+Which comparisons form the family: on every (model, training task) of the sweep, every label
+against the baseline, except labels the spec's ``analysis.controls`` pairs with their own control
+(e.g. a LoRA method with the rank-matched LoRA baseline), which are compared with that control. The
+primary metric is read per problem where the runs kept per-problem counts (pass@k from the unbiased
+estimator), else per run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bench.report import inference
+from bench.report.stats import mean_interval, pass_at_k_per_problem, t_interval
+from bench.run.result import RunResult
+from bench.run.spec import Analysis
+
+BOUNDED = ("pass_at_", "avg_at_", "auc_", "base_pass_at_1", "truncated_frac", "greedy", "train_reward", "credit_")
+"""Metrics on [0, 1] (their differences on [-1, 1]); every other report metric is >= 0."""
+MIN_SEEDS = inference.MIN_SEEDS
+
+
+def bounded(metric: str) -> bool:
+    return metric.startswith(BOUNDED) or metric in ("weight_gini", "weight_effective_n_ratio")
+
+
+def interval(values: Sequence[float | None], metric: str, level: float = 0.95) -> dict[str, Any]:
+    """Mean and interval over seeds of one metric, inside its range: for [0, 1] metrics the
+    arcsine-root t-interval (bench.report.stats.mean_interval), else the Student-t interval cut at 0.
+    Fewer than 3 defined values: the mean alone (lo and hi None), as the report's standards require."""
+    out = t_interval(values, level)
+    defined = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if out["mean"] is None:
+        return out
+    if len(defined) < MIN_SEEDS:
+        return {**out, "lo": None, "hi": None}
+    if bounded(metric) and all(0 <= v <= 1 for v in defined):
+        lo, hi = mean_interval(np.asarray(defined), level)
+        return {**out, "lo": float(lo), "hi": float(hi)}
+    return {**out, "lo": max(0.0, out["lo"]) if min(defined) >= 0 else out["lo"]}
+
+
+def difference(diffs: Sequence[float | None], metric: str, level: float = 0.95) -> dict[str, Any]:
+    """Paired (same seed) difference to the baseline: Student-t over seeds, cut to [-1, 1] for
+    bounded metrics; the mean alone with fewer than 3 pairs."""
+    out = {k: v for k, v in t_interval(diffs, level).items() if k != "values"}
+    if out["mean"] is None:
+        return out
+    if out["n"] < MIN_SEEDS:
+        return {**out, "lo": None, "hi": None}
+    if bounded(metric):
+        out["lo"], out["hi"] = max(-1.0, out["lo"]), min(1.0, out["hi"])
+    return out
+
+
+def _final_point(run: RunResult, ev: str):
+    return next(e for e in reversed(run.history) if ev in e.eval)
+
+
+def scores(run: RunResult, ev: str, metric: str) -> Any:
+    """The run's primary-metric score on ``ev``: per-problem values where the run kept per-problem
+    counts and the metric is pass@k or avg@n, else the run's final value."""
+    point = _final_point(run, ev)
+    counts = getattr(point, "per_problem", {}).get(ev)
+    n = getattr(run, "eval_n", 0)
+    if counts and n and metric.startswith(("pass_at_", "avg_at_")):
+        k = 1 if metric.startswith("avg_at_") else int(metric.rsplit("_", 1)[-1])
+        return pass_at_k_per_problem(np.asarray(counts), n, k)
+    return float(point.eval[ev][metric])
+
+
+def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[str, Any] | None:
+    """The family of comparisons on the primary metric (see the module docstring) as a JSON-ready
+    dict: ``assessment`` (bench.report.inference.Assessment.to_dict) and its markdown; None when no
+    comparison can be formed (one label only)."""
+    groups: dict[tuple[str, str], dict[str, dict[int, Any]]] = defaultdict(lambda: defaultdict(dict))
+    n_samples: dict[tuple[str, str], int] = {}
+    for r in runs:
+        if analysis.metric not in _final_point(r, r.task).eval[r.task]:
+            continue
+        groups[(r.model, r.task)][r.label][r.seed] = scores(r, r.task, analysis.metric)
+        n_samples[(r.model, r.task)] = getattr(r, "eval_n", 0) or None
+    comparisons = []
+    for (model, task), by_label in groups.items():
+        where = f"{task} ({model})"
+        controlled = {lab: c for lab, c in analysis.controls.items() if lab in by_label and c in by_label}
+        main = {lab: s for lab, s in by_label.items() if lab not in controlled}
+        settings = (where, analysis.metric, analysis.margin, 0.95, n_samples[(model, task)])
+        if baseline in main and len(main) > 1:
+            comparisons.append(inference.compare(main, baseline, *settings))
+        for lab, control in controlled.items():
+            comparisons.append(inference.compare({control: by_label[control], lab: by_label[lab]}, control, *settings))
+    if not comparisons:
+        return None
+    a = inference.assess(comparisons, analysis.alpha, analysis.power)
+    return {"metric": analysis.metric, "assessment": a.to_dict(), "markdown": inference.markdown(a)}
+
+
+BLAME_KEYS = ("share", "uniform_share", "rank_frac", "top1", "n")
+
+
+def blame_table(runs: list[RunResult]) -> list[dict[str, Any]]:
+    """Per (model, task, label): blame alignment at the base policy (RunResult.blame), mean over
+    seeds with its interval where there are 3 or more."""
+    groups: dict[tuple[str, str, str], list[dict[str, float]]] = defaultdict(list)
+    for r in runs:
+        b = getattr(r, "blame", None) or {}
+        if b.get("n"):
+            groups[(r.model, r.task, r.label)].append(b)
+    out = []
+    for (model, task, label), bs in sorted(groups.items()):
+        row: dict[str, Any] = {"model": model, "task": task, "method": label, "seeds": len(bs)}
+        for k in BLAME_KEYS:
+            vals = [b.get(k) for b in bs]
+            row[k] = interval(vals, "credit_" if k != "n" else "n")
+        out.append(row)
+    return out
+
+
+def blame_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The blame-alignment table: where each method puts its credit on failed completions."""
+    if not rows:
+        return []
+
+    def f(ci: dict) -> str:
+        if ci.get("mean") is None:
+            return "–"
+        return f"{ci['mean']:.3f}" if ci.get("lo") is None else f"{ci['mean']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}]"
+
+    out = [
+        "## Blame alignment",
+        "",
+        "On a fixed probe set of failed completions sampled once from the base policy: the share of each method's "
+        "effective credit |−∂L/∂log π| on the first wrong token (uniform credit gives the uniform share), that "
+        "token's rank among the completion's tokens as a fraction (0: the most credited) and how often it is "
+        "the most credited. Measured at the base policy, so every method sees the same completions.",
+        "",
+        "| model | task | method | seeds | share on first wrong token | uniform share | rank fraction | top-1 "
+        "| probes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['model']} | {r['task']} | {r['method']} | {r['seeds']} | {f(r['share'])} | {f(r['uniform_share'])} "
+            f"| {f(r['rank_frac'])} | {f(r['top1'])} | {r['n']['mean']:.0f} |"
+        )
+    out.append("")
+    return out
