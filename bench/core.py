@@ -145,6 +145,10 @@ class Outcome:
     parsed: str | None = None  # the answer the verifier extracted, for inspection
     correct_flexible: bool | None = None  # the lenient extraction's verdict, reported beside
     error: str | None = None  # why it was graded wrong without a verdict: "timeout", "no answer", a sandbox limit
+    blame: int | None = None
+    """For a failed completion, the character offset in its text of the first wrong character (where
+    it first went wrong; its length when it stopped too early); None when correct or when the task
+    cannot tell. The engine maps it to a completion token for its credit diagnostics."""
 
 
 # ------------------------------------------------------------------------------------- tasks

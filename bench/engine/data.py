@@ -3,6 +3,10 @@ into each process's share), the refill stream of dynamic sampling, and the eval 
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from typing import Any
+
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
@@ -11,6 +15,31 @@ from bench.config import EvalConfig
 from bench.core import Task
 from bench.distributed import rank, world_size
 from bench.errors import CreditBenchError
+
+_KEPT: dict[tuple[str, ...], Any] | None = None
+"""Generated splits kept for the process's next runs, when :func:`keep_generated_splits` is on."""
+
+
+def keep_generated_splits(on: bool = True) -> None:
+    """Keep the splits of generated tasks (those without data files, e.g. arithmetic's 200,000 train
+    problems, seconds of pure Python) for the next runs in this process: a sweep worker runs many runs
+    of the same task. A generated split is a function of the task's class, version and config."""
+    global _KEPT
+    _KEPT = {} if on else None
+
+
+def load_split(task: Task, split: str):
+    """``task.load(split)``, or the same split kept from an earlier run (see :func:`keep_generated_splits`)."""
+    if _KEPT is None or getattr(task, "sources", None):  # data files may change between runs: read them again
+        return task.load(split)
+    cls = type(task)
+    config = json.dumps(dataclasses.asdict(task.config), sort_keys=True, default=str)
+    key = (cls.__module__, cls.__qualname__, str(getattr(task, "VERSION", "")), config, split)
+    if key not in _KEPT:
+        if len(_KEPT) >= 8:  # the oldest goes: a sweep's runs share a few tasks
+            _KEPT.pop(next(iter(_KEPT)))
+        _KEPT[key] = task.load(split)
+    return _KEPT[key]
 
 
 def _rows(batch: list[dict]) -> list[dict]:
@@ -80,11 +109,11 @@ class PromptDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_rows is None:
-            self.train_rows = self.task.load("train")
+            self.train_rows = load_split(self.task, "train")
             tasks = self.eval_tasks or {"": self.task}
             self.eval_sets = []
             for task in tasks.values():
-                ev = task.load("eval")
+                ev = load_split(task, "eval")
                 self.eval_sets.append(ev.select(range(min(self.eval_cfg.num_problems, len(ev)))))
             self.eval_rows = self.eval_sets[0]
 

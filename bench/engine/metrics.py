@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,10 @@ class PassAtK(Metric):
         """Correct completions over every problem."""
         return int(torch.cat(self.c).sum()) if self.c else 0
 
+    def correct_counts(self) -> list[int]:
+        """Each problem's correct samples, in update order."""
+        return torch.cat(self.c).tolist() if self.c else []
+
     def per_problem(self) -> dict[int, np.ndarray]:
         n = torch.cat(self.n).tolist() if self.n else []
         c = torch.cat(self.c).tolist() if self.c else []
@@ -118,11 +122,13 @@ def eval_summary(
 @dataclass
 class EvalResult:
     """One eval set's results: :func:`eval_summary`'s numbers, each problem's pass@1, and the logged
-    completions (one per problem, in order)."""
+    completions (one per problem, in order); each problem's id and correct samples (out of n), in order."""
 
     summary: dict[str, float]
     per_problem_pass_at_1: list[float]
     samples: list[dict[str, Any]]
+    ids: list[str] = field(default_factory=list)
+    correct: list[int] = field(default_factory=list)
 
 
 class EvalEpoch:
@@ -140,13 +146,14 @@ class EvalEpoch:
         for metric in self.metrics.values():
             metric.reset()
         self.seen = {
-            name: {"correct": [], "lengths": [], "truncated": [], "flex": [], "samples": [], "greedy": []}
+            name: {"ids": [], "correct": [], "lengths": [], "truncated": [], "flex": [], "samples": [], "greedy": []}
             for name in self.metrics
         }
 
     def add(self, name: str, rows: list[dict], batch: RolloutBatch, info: list[dict]) -> None:
         """``batch``: n completions of each of ``rows`` (grouped), ``info`` the verifier's details of each."""
         n, seen = self.n, self.seen[name]
+        seen["ids"].extend(str(r.get("id", "")) for r in rows)
         seen["correct"].append(batch.correct.view(len(rows), n).cpu())  # [problems, n]
         seen["lengths"].extend(batch.lengths.tolist())
         seen["truncated"].extend(batch.truncated.tolist())
@@ -178,5 +185,11 @@ class EvalEpoch:
             summary = eval_summary(metric, seen["lengths"], seen["truncated"], seen["flex"])
             if self.greedy:
                 summary["greedy"] = float(np.mean(seen["greedy"])) if seen["greedy"] else float("nan")
-            out[name] = EvalResult(summary, metric.per_problem()[1].tolist(), seen["samples"][: self.samples_to_log])
+            out[name] = EvalResult(
+                summary,
+                metric.per_problem()[1].tolist(),
+                seen["samples"][: self.samples_to_log],
+                seen["ids"],
+                metric.correct_counts(),
+            )
         return out

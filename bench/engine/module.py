@@ -10,8 +10,8 @@ One training step (manual optimization):
 The module only orchestrates: the Lightning hooks call plain functions that a test or a script can
 call without a Trainer -- sampling in bench.engine.sampling, scoring and the update in
 bench.engine.step, the eval numbers in bench.engine.metrics, the credit probe in bench.engine.probe,
-the prompt order in bench.engine.data. It never branches on a method's or a task's name: a method
-declares ``needs`` and the step computes exactly that.
+the blame alignment in bench.engine.blame, the prompt order in bench.engine.data. It never
+branches on a method's or a task's name: a method declares ``needs`` and the step computes exactly that.
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ from bench.config import EvalConfig, RLConfig
 from bench.core import Method, RolloutBatch, Task
 from bench.distributed import all_sum, gather_objects, mean_over_processes, rank, world_size
 from bench.engine import step
+from bench.engine.blame import (
+    BlameProbe,
+    blame_alignment,
+    blame_probe_from_state,
+    blame_probe_state,
+    blame_tokens,
+    find_blame_probe,
+)
 from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_states, trainable_state
 from bench.engine.metrics import EvalEpoch, metric_key
 from bench.engine.policy import Scores
@@ -83,6 +91,7 @@ class RLVRModule(L.LightningModule):
         self.eval_history: list[dict[str, Any]] = []
         self.train_sums: dict[str, list[float]] = {}  # TRAIN_SUMMARY key -> [sum, count] over RL steps
         self._probe: tuple[RolloutBatch, int] | None = None
+        self._blame_probe: BlameProbe | None = None
         self._seed: int | None = None  # the run's seed, read at the first setup (see setup)
         self.sink: MetricSink | None = None  # set by a run that checkpoints; else metrics go to the logger
         self.resumed_from: int | None = None  # the RL step of the checkpoint this run resumed from
@@ -212,17 +221,31 @@ class RLVRModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         entry: dict[str, Any] = {"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval": {}}
+        entry.update(eval_n=self.eval_cfg.n, per_problem={}, problem_ids={})
+        mlflow = isinstance(self.logger, MLFlowLogger)
         for name, res in self.evals.results().items():  # every process's chunk of the eval sets, gathered
             metrics = {metric_key("eval", name, k): v for k, v in res.summary.items()}
             metrics[metric_key("eval", name, "samples")] = float(self.samples)
             metrics[metric_key("eval", name, "tokens")] = float(self.tokens)
             self._log(metrics)
             entry["eval"][name] = {**res.summary, "per_problem_pass_at_1": res.per_problem_pass_at_1}
-            if res.samples and isinstance(self.logger, MLFlowLogger):
+            entry["per_problem"][name], entry["problem_ids"][name] = res.correct, res.ids
+            if res.samples and mlflow:
                 table = {k: [x[k] for x in res.samples] for k in res.samples[0]}
                 folder = "completions" if name == self.task_name else f"completions/{name}"
                 self._out.table(f"{folder}/step_{self.rl_step:06d}.json", table)
+        if mlflow:  # one row per eval problem: its task, id and correct samples out of n
+            tasks = [t for t, ids in entry["problem_ids"].items() for _ in ids]
+            table = {
+                "task": tasks,
+                "id": [i for ids in entry["problem_ids"].values() for i in ids],
+                "correct": [c for cs in entry["per_problem"].values() for c in cs],
+                "n": [self.eval_cfg.n] * len(tasks),
+            }
+            self._out.table(f"per_problem/step_{self.rl_step:06d}.json", table)
         self.eval_history.append(entry)
+        if self._blame_probe is not None:
+            self._log_blame(entry)
         primary = entry["eval"][next(iter(self.eval_tasks))]["pass_at_1"]
         # the same value in every process (the results were gathered)
         self.log("eval_pass_at_1", primary, prog_bar=True, logger=False, sync_dist=True)
@@ -234,19 +257,48 @@ class RLVRModule(L.LightningModule):
         found = find_probe(self.sampler, rows, self.rl, self._rng_devices(), seed)
         if found is not None:
             self._probe = found
+        self.make_blame_probe(rows)
         return found is not None
+
+    def make_blame_probe(self, rows: list[dict]) -> bool:
+        """Fix the failed completions that blame alignment is measured on (see
+        :func:`bench.engine.blame.find_blame_probe`), and measure it on the policy of the last eval
+        point when that is the current one (the base policy: the run evaluates before it makes the
+        probe). Returns whether one was found (none when the task cannot tell where answers go wrong)."""
+        self._blame_probe = find_blame_probe(self.sampler, rows, self.rl, self._rng_devices())
+        if self._blame_probe is not None and self.eval_history and self.eval_history[-1]["step"] == self.rl_step:
+            self._log_blame(self.eval_history[-1])
+        return self._blame_probe is not None
+
+    def blame(self) -> dict[str, float]:
+        """The method's blame alignment on the blame probe under the current policy ({} without a probe)."""
+        if self._blame_probe is None:
+            return {}
+        args = self.policy, self.ref_policy, self.method, self.sampler, self.rl, self._blame_probe
+        return blame_alignment(*args, self._rng_devices())
+
+    def _log_blame(self, entry: dict[str, Any]) -> None:
+        t = time.perf_counter()
+        entry["blame"] = self.blame()
+        self._log(
+            {metric_key("blame", k): v for k, v in entry["blame"].items()} | {"time/blame_s": time.perf_counter() - t}
+        )
 
     def train_summary(self) -> dict[str, float]:
         """Means over the run's RL steps of the TRAIN_SUMMARY statistics it logged."""
         return {k.replace("/", "_"): s / n for k, (s, n) in self.train_sums.items() if n}
 
     def credit_probe(self) -> dict[str, Any] | None:
-        """This method's effective credit on the probe group under the current policy, or None without one."""
+        """This method's effective credit on the probe group under the current policy, or None without
+        one; ``blame`` is the index of the token where the completion first went wrong (see
+        :mod:`bench.engine.blame`), None when the task cannot tell."""
         if self._probe is None:
             return None
-        return credit_map(
+        batch, row = self._probe
+        out = credit_map(
             self.policy, self.ref_policy, self.method, self.sampler, self.rl, self._probe, self._rng_devices()
         )
+        return out | {"blame": blame_tokens(self.sampler, batch.select(torch.tensor([row])))[0]}
 
     def _rng_devices(self) -> list[int]:
         return [self.device.index or 0] if self.device.type == "cuda" else []
@@ -270,6 +322,7 @@ class RLVRModule(L.LightningModule):
             "train_sums": self.train_sums,
             "skipped_updates": self.skipped_updates,
             "probe": probe_state(self._probe),
+            "blame_probe": blame_probe_state(self._blame_probe),
             "rng": gather_objects(rng_states()),
             "sink": self.sink.state_dict() if self.sink is not None else None,
             "wall_s": self.wall_before + time.perf_counter() - self.t_start,
@@ -285,6 +338,7 @@ class RLVRModule(L.LightningModule):
         self.wall_before = c["wall_s"]
         if c["probe"] is not None:
             self._probe = probe_from_state(c["probe"])
+        self._blame_probe = blame_probe_from_state(c.get("blame_probe"))
         if self.sink is not None and c["sink"] is not None:
             self.sink.load_state_dict(c["sink"])
         set_rng_states(c["rng"][rank()] if len(c["rng"]) == world_size() else c["rng"][0])

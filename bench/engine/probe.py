@@ -45,21 +45,16 @@ def probe_from_state(state: tuple[dict[str, Any], int] | None) -> tuple[RolloutB
     return None if state is None else (RolloutBatch(**state[0]), state[1])
 
 
-def credit_map(
-    policy,
-    ref_policy,
-    method: Method,
-    sampler: RolloutSampler,
-    rl: RLConfig,
-    probe: tuple[RolloutBatch, int],
-    devices: list[int],
-) -> dict[str, Any]:
-    """The method's effective credit on the probe's completion under the current policy: token texts
-    and one value each. The probe group is its own batch: batch-wide statistics are its own in every
-    process. What the method generates for it (``augment``, with a fixed seed) is not counted."""
-    batch, row = probe
+def effective_credit(
+    policy, ref_policy, method: Method, sampler: RolloutSampler, rl: RLConfig, batch: RolloutBatch, devices: list[int]
+) -> tuple[RolloutBatch, torch.Tensor]:
+    """The method's effective credit -dL/d log pi on every token of ``batch`` under the current
+    policy (ratio 1, as at the start of an update): the batch as the method saw it and the credit
+    ``[B, T]`` (0 where the loss takes no token). The batch is its own batch: batch-wide statistics
+    are its own in every process. What the method generates for it (``augment``, with a fixed seed)
+    is not counted, and its rows come after ``batch``'s, whose indices stay valid."""
     batch = dataclasses.replace(batch, extra=dict(batch.extra))
-    with local():
+    with local(), torch.inference_mode(False), torch.enable_grad():  # also inside a validation loop
         counters = sampler.samples, sampler.tokens
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(4321)
@@ -73,6 +68,22 @@ def credit_map(
         loss = aggregate(out.loss, mask, method.config.aggregation, max_len=batch.max_new_tokens)
         grad = torch.autograd.grad(loss, s.logprobs, allow_unused=True)[0]
     grad = torch.zeros_like(s.logprobs) if grad is None else grad
+    return batch, -grad.detach()  # [B, T]
+
+
+def credit_map(
+    policy,
+    ref_policy,
+    method: Method,
+    sampler: RolloutSampler,
+    rl: RLConfig,
+    probe: tuple[RolloutBatch, int],
+    devices: list[int],
+) -> dict[str, Any]:
+    """The method's effective credit on the probe's completion under the current policy: token texts
+    and one value each. The probe group is its own batch."""
+    batch, row = probe
+    batch, credit = effective_credit(policy, ref_policy, method, sampler, rl, batch, devices)
     valid = batch.completion_mask[row].bool()
     ids = batch.completion_ids[row][valid].tolist()
     return {
@@ -80,5 +91,5 @@ def credit_map(
         "completion": batch.completions[row],
         "completion_tokens": [sampler.tokenizer.decode([i]) for i in ids],
         "reward": float(batch.rewards[row]),
-        "credit": (-grad[row][valid]).float().tolist(),
+        "credit": credit[row][valid].float().tolist(),
     }

@@ -1,5 +1,6 @@
 """The sweep report's credit maps: one fixed completion of report.json's ``credit_maps[model]``, one
-row per method, each token coloured by that method's credit divided by its largest |credit|.
+row per method, each token coloured by that method's credit divided by its largest |credit|; the
+blame token (``credit_maps[model]["blame"]``: where the answer first went wrong) outlined in red.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ MAX_TOKENS = 96
 """Tokens shown in a credit map; longer completions are cut and end with '…'."""
 TOKENS_PER_LINE = 48
 """Tokens per line of a credit map; longer completions wrap onto further lines."""
+BLAME_COLOR = "#d62728"
+"""The outline of the blame token (where the answer first went wrong)."""
 
 
 def _short(text: str, n: int) -> str:
@@ -44,6 +47,7 @@ def plot_credit_map(model: str, cm: dict, st: LineStyle, path: Path) -> Path | N
     from matplotlib.patches import Rectangle
 
     tokens = [str(t) for t in (cm.get("completion_tokens") or [])]
+    blame = cm.get("blame")  # the index of the token where the answer first went wrong, or None
     methods = cm.get("methods") or {}
     rows: list[tuple[str, list[float], float]] = []
     for label in _ordered_labels(methods, st.baseline):
@@ -111,8 +115,17 @@ def plot_credit_map(model: str, cm: dict, st: LineStyle, path: Path) -> Path | N
                     ok = finite(v)
                     u = v / scale if ok and scale > 0 else 0.0
                     face = cmap(0.5 + 0.5 * u) if ok else "#d9d9d9"
+                    blamed = s * per_line + j == blame
                     ax.add_patch(
-                        Rectangle((j + 0.04, y - 0.42), 0.92, 0.84, facecolor=face, edgecolor="#bbbbbb", linewidth=0.3)
+                        Rectangle(
+                            (j + 0.04, y - 0.42),
+                            0.92,
+                            0.84,
+                            facecolor=face,
+                            edgecolor=BLAME_COLOR if blamed else "#bbbbbb",
+                            linewidth=1.6 if blamed else 0.3,
+                            zorder=3 if blamed else 1,
+                        )
                     )
                     text, stand_in = _token_text(tok)
                     size = min(8.0, 27.0 / len(text[:6]))
@@ -135,6 +148,8 @@ def plot_credit_map(model: str, cm: dict, st: LineStyle, path: Path) -> Path | N
                 )
         reward = num(cm.get("reward"))
         shown_note = f"first {len(shown)} of {len(tokens)} tokens" if cut else f"{len(tokens)} tokens"
+        if isinstance(blame, int) and 0 <= blame < len(tokens):
+            shown_note += f"; red outline: token {blame}, where the answer first went wrong"
         fig.text(
             0.5,
             1 - 0.22 / height,

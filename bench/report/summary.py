@@ -239,6 +239,7 @@ def _credit_maps(runs: list[RunResult]) -> dict[str, Any]:
             "prompt": probe["prompt"],
             "completion_tokens": probe["completion_tokens"],
             "reward": probe["reward"],
+            "blame": probe.get("blame"),
             "methods": {label: p["credit"] for label, p in sorted(first.items()) if p["completion"] == common},
         }
     return maps

@@ -25,6 +25,13 @@ class EvalPoint:
     """Completion tokens generated for training until then."""
     eval: dict[str, dict[str, float]]
     """Eval task -> its metrics (pass_at_K, avg_at_N, mean_length, ...; no per-problem values)."""
+    per_problem: dict[str, list[int]] = field(default_factory=dict)
+    """Eval task -> each problem's correct samples (out of ``RunResult.eval_n``), in the order of
+    ``RunResult.problem_ids`` (results without the key: none)."""
+    blame: dict[str, float] = field(default_factory=dict)
+    """The method's blame alignment on the fixed probe of failed completions (bench.engine.blame:
+    share, rank, rank_frac, top1, uniform_share, n); empty when the task cannot tell where an answer
+    went wrong."""
 
 
 @dataclass(kw_only=True)
@@ -69,6 +76,13 @@ class RunResult:
     """Means over the RL steps of the training statistics bench.engine.module.TRAIN_SUMMARY names
     (train_reward, credit_gini, credit_effective_token_ratio, and ARCA's train_weight_gini,
     train_weight_effective_n_ratio), "/" written "_"."""
+    eval_n: int = 0
+    """Samples per eval problem (0 in results without per-problem counts)."""
+    problem_ids: dict[str, list[str]] = field(default_factory=dict)
+    """Eval task -> its problems' ids, in eval-split order (the order of ``EvalPoint.per_problem``)."""
+    blame: dict[str, float] = field(default_factory=dict)
+    """The base policy's blame alignment (the first eval point's ``blame``): with the policy the
+    same for every method, the cleanest comparison of where methods put their credit."""
 
     def __post_init__(self) -> None:
         self.history = [h if isinstance(h, EvalPoint) else EvalPoint(**h) for h in self.history]
@@ -83,27 +97,46 @@ class RunResult:
     def from_history(cls, history: list[dict[str, Any]], task: str, **fields: Any) -> RunResult:
         """The result of a run whose module evaluated ``history`` (bench.engine.module's eval
         history: its per-problem pass@1 gives the paired delta of ``task``, the training task,
-        and is left out of the JSON)."""
+        and is left out of the JSON; the per-problem correct counts are kept, with the problem ids
+        and samples per problem of the last point)."""
 
         def summary(metrics: dict[str, Any]) -> dict[str, float]:
             return {k: v for k, v in metrics.items() if k != "per_problem_pass_at_1"}
 
         base, final = history[0]["eval"][task], history[-1]["eval"][task]
         points = [
-            EvalPoint(h["step"], h["samples"], h["tokens"], {t: summary(m) for t, m in h["eval"].items()})
+            EvalPoint(
+                h["step"],
+                h["samples"],
+                h["tokens"],
+                {t: summary(m) for t, m in h["eval"].items()},
+                per_problem={t: [int(c) for c in cs] for t, cs in h.get("per_problem", {}).items()},
+                blame=dict(h.get("blame", {})),
+            )
             for h in history
         ]
         delta = paired_delta(base["per_problem_pass_at_1"], final["per_problem_pass_at_1"])
-        return cls(task=task, base=summary(base), final=summary(final), delta_pass_at_1=delta, history=points, **fields)
+        return cls(
+            task=task,
+            base=summary(base),
+            final=summary(final),
+            delta_pass_at_1=delta,
+            history=points,
+            eval_n=int(history[-1].get("eval_n", 0)),
+            problem_ids={t: list(ids) for t, ids in history[-1].get("problem_ids", {}).items()},
+            blame=dict(history[0].get("blame", {})),
+            **fields,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def write(self, path: Path) -> None:
-        """Write the result JSON atomically (a reader never sees half a file)."""
+        """Write the result JSON atomically (a reader never sees half a file). Lists of numbers and
+        of ids (per-problem counts, problem ids) stay on one line each."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2))
+        tmp.write_text(compact_json(self.to_dict()))
         tmp.replace(path)
 
     @classmethod
@@ -120,6 +153,28 @@ class RunResult:
             return cls(**data)
         except TypeError as e:  # a key missing or unknown: not a result this version writes
             raise CreditBenchError(f"run result {path} is not a run's result ({e}); {redo}") from None
+
+
+def compact_json(data: Any, indent: int = 2) -> str:
+    """``json.dumps(data, indent=indent)`` with every list of scalars on one line: a result holds a
+    count per eval problem at every eval point, one line each rather than one line per number."""
+    marks: dict[str, str] = {}
+
+    def mark(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: mark(v) for k, v in x.items()}
+        if isinstance(x, list):
+            if x and all(isinstance(v, int | float | str | bool) or v is None for v in x):
+                key = f"@@{len(marks)}@@"
+                marks[key] = json.dumps(x)
+                return key
+            return [mark(v) for v in x]
+        return x
+
+    text = json.dumps(mark(data), indent=indent)
+    for key, value in marks.items():
+        text = text.replace(f'"{key}"', value, 1)
+    return text
 
 
 def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:

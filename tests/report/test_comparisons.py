@@ -1,0 +1,89 @@
+"""The report's inference on hand-made runs: intervals inside each metric's range, the family of
+comparisons (controls, Holm, the MDE line), the blame table and the dry run's design lines."""
+
+import numpy as np
+import pytest
+
+from bench.report.comparisons import analyse, blame_table, difference, interval
+from bench.report.design import design_lines
+from bench.report.summary import build_report, markdown
+from bench.run.result import EvalPoint, RunResult
+from bench.run.spec import Analysis
+
+P, N = 60, 4
+
+
+def _run(label: str, seed: int, p: float, rng: np.random.Generator, blame: dict | None = None) -> RunResult:
+    """A run whose final eval draws N samples of P problems at per-problem rates around ``p``."""
+    rates = np.clip(np.linspace(p - 0.2, p + 0.2, P) + rng.normal(0, 0.01), 0, 1)
+    counts = rng.binomial(N, rates)
+    base_counts = rng.binomial(N, np.full(P, 0.2))
+    points = []
+    for step, c in ((0, base_counts), (8, counts)):
+        m = {"pass_at_1": float(c.mean() / N), "avg_at_4": float(c.mean() / N), "mean_length": 20.0}
+        points.append(EvalPoint(step, step * 100, step * 2000, {"toy": m}, per_problem={"toy": c.tolist()}))
+    return RunResult(
+        run_name=f"{label}-s{seed}", mlflow_run_id="", method=label.split("-")[0], task="toy", model="m", params=1,
+        seed=seed, steps=8, samples=800, tokens=16000, wall_s=1.0, tags={"label": label},
+        budget={"samples": 800, "tokens": 0}, base=points[0].eval["toy"], final=points[-1].eval["toy"],
+        delta_pass_at_1={}, history=points, eval_n=N, blame=blame or {},
+    )  # fmt: skip
+
+
+def test_intervals_stay_inside_the_range_and_need_three_seeds():
+    near_zero = interval([0.0, 0.01, 0.0, 0.02, 0.0], "pass_at_1")
+    assert 0.0 <= near_zero["lo"] <= near_zero["mean"] <= near_zero["hi"] <= 1.0
+    two = interval([0.3, 0.4], "pass_at_1")
+    assert two["mean"] == pytest.approx(0.35) and two["lo"] is None and two["hi"] is None
+    length = interval([1.0, 30.0, 2.0], "mean_length")  # unbounded above, >= 0
+    assert length["lo"] == 0.0 and length["hi"] > 30
+    d = difference([0.9, -0.9, 0.95], "pass_at_1")
+    assert -1.0 <= d["lo"] and d["hi"] <= 1.0
+
+
+def test_the_family_pairs_controlled_labels_with_their_control_and_prints_the_mde():
+    rng = np.random.default_rng(0)
+    runs = [
+        _run(label, s, p, rng)
+        for s in range(5)
+        for label, p in (("grpo", 0.4), ("better", 0.6), ("same", 0.4), ("grpo-lora", 0.3), ("arca", 0.3))
+    ]
+    a = Analysis(margin=0.05, controls={"arca": "grpo-lora"})
+    out = analyse(runs, "grpo", a)
+    comps = out["assessment"]["comparisons"]
+    assert [c["baseline"] for c in comps] == ["grpo", "grpo-lora"]
+    assert set(comps[0]["diffs"]) == {"better", "same", "grpo-lora"} and set(comps[1]["diffs"]) == {"arca"}
+    assert comps[0]["n_problems"] == P and comps[0]["n_samples"] == N
+    rows = {r["label"]: r for r in out["assessment"]["rows"]}
+    assert out["assessment"]["m"] == 4
+    assert rows["better"]["verdict"] == "better" and rows["better"]["p_holm"] < 0.05
+    assert rows["better"]["p_holm"] >= rows["better"]["diff"]["p"]  # adjusting never lowers a p-value
+    assert "detects a difference of" in out["markdown"]
+    report = build_report(runs, baseline="grpo", budget={"samples": 800}, sweep="toy", analysis=a)
+    text = markdown(report)
+    assert "## Comparisons" in text and "p_Holm" in text
+
+
+def test_blame_table_means_over_seeds():
+    rng = np.random.default_rng(1)
+    b = {"share": 0.2, "uniform_share": 0.05, "rank_frac": 0.1, "top1": 0.5, "n": 12}
+    runs = [_run("grpo", s, 0.4, rng, blame={**b, "share": 0.2 + 0.01 * s}) for s in range(3)]
+    runs.append(_run("other", 0, 0.4, rng))  # no blame: not tabulated
+    rows = blame_table(runs)
+    assert len(rows) == 1 and rows[0]["method"] == "grpo" and rows[0]["seeds"] == 3
+    assert rows[0]["share"]["mean"] == pytest.approx(0.21) and 0 <= rows[0]["share"]["lo"] <= 0.21
+
+
+def test_dry_run_design_lines(tmp_path):
+    from bench.run.sweep import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: d\ntasks: [arithmetic]\nmethods: [grpo, s_trace, gspo]\nmodels: [tiny-500k]\nseeds: [0, 1, 2, 3, 4, 5]\n"
+        "budget: {samples: 256}\neval: {n: 8, num_problems: 200}\nanalysis: {sd_train: 0.02, sd_item: 0.4}\n"
+    )
+    lines = design_lines(load_spec(spec), str(tmp_path))
+    assert "6 seeds x 3 labels" in lines[0] and "2 comparisons" in lines[0]
+    assert "arithmetic: MDE of pass_at_1" in lines[1] and "seeds for a 3-point MDE" in lines[1]
+    spec.write_text(spec.read_text().replace("analysis: {sd_train: 0.02, sd_item: 0.4}", "analysis: {}"))
+    assert "no variance to size the design with" in design_lines(load_spec(spec), str(tmp_path))[1]
