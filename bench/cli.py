@@ -143,8 +143,8 @@ def cmd_sweep(argv: list[str]) -> int:
 
     ap = ArgumentParser(
         prog="creditbench sweep",
-        description="Run a sweep spec: every method x model x "
-        "seed as its own process and MLflow run, under one parent run; then the report.",
+        description="Run a sweep spec: every method x model x seed as its own MLflow run under one parent "
+        "run, in --jobs worker processes that import everything once; then the report.",
     )
     ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
@@ -158,6 +158,11 @@ def cmd_sweep(argv: list[str]) -> int:
         "(data files, the model on the meta device, LoRA, strategy) and estimate its memory",
     )
     ap.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory vLLM's share is taken of, for --plan")
+    ap.add_argument(
+        "--isolate",
+        action="store_true",
+        help="each run in a process of its own (default: --jobs worker processes that import everything once)",
+    )
     a = ap.parse_args(argv)
     if a.jobs < 1:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
@@ -177,7 +182,7 @@ def cmd_sweep(argv: list[str]) -> int:
 
         print("\n".join(design_lines(sweep, a.results_dir)))
         return 0
-    report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri)
+    report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate)
     print(markdown(report))
     print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
     return 0

@@ -1,5 +1,7 @@
 """Sweeps: every method x model x seed (x training task) of a YAML spec, each an independent
-``creditbench train`` process and an MLflow run nested under one parent run for the sweep.
+``creditbench train`` run and an MLflow run nested under one parent run for the sweep. The runs go
+to ``--jobs`` long-lived worker processes that import everything once (bench.run.worker; a run there
+gives the numbers its own process would), or, isolated, each to a process of its own.
 
     creditbench sweep results/sweeps/embedded.yaml [--jobs 2] [--dry-run]
 
@@ -22,9 +24,6 @@ import fcntl
 import hashlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -39,6 +38,7 @@ from bench.errors import CreditBenchError
 from bench.run import tracking
 from bench.run.result import RunResult
 from bench.run.spec import MethodEntry, ModelEntry, SweepSpec, read_spec
+from bench.run.worker import Isolated, WorkerPool
 
 GROUPS = frozenset(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.default_factory))
 """Run config fields that are groups of settings (model, rl, eval, ...): always a mapping."""
@@ -204,9 +204,12 @@ def run_sweep(
     results_dir: str = "results",
     uri: str | None = None,
     log=print,
+    isolate: bool = False,
 ) -> dict[str, Any]:
     """Run every unfinished run of the sweep, ``jobs`` at a time, then write its report with
-    ``report(sweep, results_dir)`` (bench.report.summary.write_report) and log it to the parent run."""
+    ``report(sweep, results_dir)`` (bench.report.summary.write_report) and log it to the parent run.
+    The runs go to ``jobs`` long-lived worker processes (bench.run.worker), or with ``isolate``
+    each to a ``creditbench train`` process of its own."""
     uri = uri or tracking.default_uri()
     tracking.check_tracking_uri(uri)  # before results/<sweep>/, its lock or the parent run exist
     out = Path(results_dir) / sweep.name
@@ -265,29 +268,27 @@ def run_sweep(
         cfg_path.parent.mkdir(exist_ok=True)
         cfg_path.write_text(config_yaml(launched(r)))
         log_path = out / "logs" / f"{r.key}.log"
-        log_path.parent.mkdir(exist_ok=True)
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         start = time.perf_counter()
-        with open(log_path, "w") as fh:
-            proc = subprocess.run(
-                [sys.executable, "-m", "bench.cli", "train", "--config", str(cfg_path), "--no-progress"],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=env,
-                preexec_fn=_die_with_parent,
-            )
-        return r, proc.returncode, time.perf_counter() - start
+        # a multi-process run's launcher starts its other processes by re-running this process's command
+        alone = isolate or r.cfg.trainer.world_size > 1
+        return r, (isolated if alone else workers).run(cfg_path, log_path), time.perf_counter() - start
 
     failed = []
+    (out / "logs").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    isolated, workers = Isolated(env), WorkerPool(jobs, env, out / "logs")  # workers start when first needed
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(launch, r) for r in todo]
-        for i, fut in enumerate(as_completed(futures), 1):
-            r, rc, wall = fut.result()
-            ok = rc == 0 and _finished(client, out, r)
-            outcome = "done" if ok else f"FAILED (exit {rc}), see {out}/logs/{r.key}.log"
-            log(f"[{i}/{len(todo)}] {r.key}: {outcome} in {wall:.0f} s")
-            if not ok:
-                failed.append(r.key)
+        try:
+            futures = [pool.submit(launch, r) for r in todo]
+            for i, fut in enumerate(as_completed(futures), 1):
+                r, rc, wall = fut.result()
+                ok = rc == 0 and _finished(client, out, r)
+                outcome = "done" if ok else f"FAILED (exit {rc}), see {out}/logs/{r.key}.log"
+                log(f"[{i}/{len(todo)}] {r.key}: {outcome} in {wall:.1f} s")
+                if not ok:
+                    failed.append(r.key)
+        finally:  # while the pool's threads, which started the workers, live (see _die_with_parent)
+            workers.close()
     wall = time.perf_counter() - t0
     written = report(sweep, results_dir)
     tracking.log_files(client, parent, _report_files(out), "report")
@@ -327,17 +328,6 @@ def log_report(uri: str, experiment: str, sweep: str, out: Path) -> str | None:
 
 def _budget_text(budget: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in budget.items())
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: die with the sweep process (SIGKILL on its death, Linux), so an
-    interrupted sweep leaves no orphan runs writing to the store."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _parent_run(client, sweep: Sweep) -> str:

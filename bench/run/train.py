@@ -19,6 +19,7 @@ from bench.config import RunConfig
 from bench.core import Method, Task, build_config, check
 from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
+from bench.run.strategy import check_scale, decoder_layer_classes, make_strategy  # noqa: F401 (imported from here)
 
 
 @dataclass
@@ -74,55 +75,13 @@ def resolve(cfg: RunConfig) -> Resolved:
             f"method {cfg.method.name!r} compares the hidden states with the LoRA adapter on and "
             f"off: set model.lora.rank > 0 (e.g. --model.lora.rank 8)"
         )
-    _check_scale(cfg)
+    check_scale(cfg)
     if cfg.model.name.startswith(("/", "./", "../", "~")) and not Path(cfg.model.name).expanduser().is_dir():
         raise CreditBenchError(
             f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
             f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})"
         )
     return Resolved(cfg, method, task, eval_tasks)
-
-
-def _check_scale(cfg: RunConfig) -> None:
-    """The engine, strategy and precision combinations that cannot work, refused before any work."""
-    t, world = cfg.trainer, cfg.trainer.world_size
-    check(
-        cfg.rl.prompts_per_step % world == 0,
-        f"rl.prompts_per_step ({cfg.rl.prompts_per_step}) must be divisible by the number of processes "
-        f"(trainer.devices x trainer.num_nodes = {world}): each process rolls out whole groups",
-    )
-    if world > 1:
-        check(
-            t.strategy in ("ddp", "fsdp"),
-            f"trainer.devices x trainer.num_nodes = {world} needs trainer.strategy ddp or fsdp, got {t.strategy!r}",
-        )
-        check(
-            cfg.eval.num_problems >= world,
-            f"eval.num_problems ({cfg.eval.num_problems}) must be at least the "
-            f"number of processes ({world}): each process evaluates its share of the problems",
-        )
-    if cfg.model.dtype != "float32" and cfg.model.lora.rank == 0:
-        import warnings
-
-        warnings.warn(
-            f"model.dtype {cfg.model.dtype} with full fine-tuning keeps AdamW's state and updates in "
-            f"{cfg.model.dtype}: updates much smaller than the weights round away (at lr {cfg.rl.lr:g}). "
-            "Prefer model.dtype float32 with precision bf16-mixed",
-            stacklevel=2,
-        )
-    if t.strategy == "fsdp":
-        check(t.accelerator != "cpu", "trainer.strategy fsdp needs GPUs (trainer.accelerator gpu); use ddp on CPU")
-    if cfg.rollout.engine == "vllm":
-        check(
-            t.strategy != "fsdp",
-            "rollout.engine vllm with trainer.strategy fsdp is not supported "
-            "(the full weights are not on one process); use rollout.engine hf",
-        )
-        check(
-            world == 1,
-            f"rollout.engine vllm runs in one training process (vLLM in-process, with its own "
-            f"distributed group), got trainer.devices x trainer.num_nodes = {world}; use rollout.engine hf",
-        )
 
 
 def _build_task(name: str, options: dict[str, Any]) -> Task:
@@ -153,9 +112,11 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     )
     from bench.engine.step import REFERENCE_NEEDS
     from bench.run.result import RunResult
+    from bench.run.timing import PhaseClock
     from bench.run.tracking import check_tracking_uri, flatten, git_commit, log_config, log_dict, make_logger
     from bench.run.warmstart import base_checkpoint
 
+    clock = PhaseClock()
     r = resolve(cfg)
     # A config may name FSDP (it validates and plans); a run may not yet: the update calls backward
     # inside training_step, which runs inside the root FSDP unit's forward under Lightning's
@@ -188,6 +149,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
 
         ckpt_dir = run_dir(cfg, r.run_name)
         ensure_writable(ckpt_dir)
+    clock.lap("setup")
     path = cfg.model.name
     if cfg.model.name in TINY_SIZES:
         path = base_checkpoint(
@@ -204,6 +166,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         ref = None
     else:
         ref = copy.deepcopy(policy) if r.method.required & REFERENCE_NEEDS else None
+    clock.lap("base")
 
     tags = {
         "method": cfg.method.name,
@@ -244,6 +207,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
             from bench.engine.checkpoint import write_json
 
             write_json(ckpt_dir / "run.json", {"mlflow_run_id": logger.run_id, "run_name": r.run_name})
+    clock.lap("mlflow")
 
     module = RLVRModule(
         policy,
@@ -279,12 +243,14 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         enable_progress_bar=progress,
         use_distributed_sampler=False,  # PromptDataModule gives each process its share of the global batch
     )
+    clock.lap("build")
     try:
         if ckpt is None:
             trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
             module.make_probe(list(data.eval_rows.select(range(min(16, len(data.eval_rows))))))
         elif progress:
             print(f"resuming run {r.run_name!r} (MLflow run {resume_id}) from its checkpoint {ckpt}")
+        clock.lap("eval0")
         trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=False)
         if trainer.interrupted:  # Ctrl-C: Lightning returns from fit; record nothing as finished
             logger.end("KILLED")
@@ -296,6 +262,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
             raise CreditBenchError(
                 f"run {r.run_name!r} was interrupted at step {module.rl_step}; nothing was recorded as finished{again}"
             )
+        clock.lap("fit")
         if module.eval_history[-1]["step"] != module.rl_step:
             trainer.validate(module, datamodule=data, verbose=False)
         probe = module.credit_probe()
@@ -307,6 +274,7 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
             with contextlib.suppress(Exception):
                 sink.flush()
         raise
+    clock.lap("eval_final")
     if zero:
         sink.flush()
     if probe is not None:
@@ -338,47 +306,38 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         from bench.engine.checkpoint import discard
 
         discard(ckpt_dir)
+    clock.lap("finish")
+    if zero:  # where the run's time went, one line of its log (bench/perf/fixed_cost.py reads it)
+        print(clock.line(), flush=True)
     return result.to_dict()
+
+
+def summary_line(res: dict[str, Any]) -> str:
+    """The line ``creditbench train`` ends with: the run's pass@1 from base to final, and its cost."""
+    b, f, d = res["base"], res["final"], res["delta_pass_at_1"]
+    return (
+        f"{res['run_name']}: eval pass@1 {b['pass_at_1']:.3f} -> {f['pass_at_1']:.3f} "
+        f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
+        f"{res['samples']} samples, {res['tokens']} tokens, {res['wall_s']:.0f} s; MLflow run {res['mlflow_run_id']}"
+    )
+
+
+def quiet_libraries() -> None:
+    """What the command line silences for a run's output: progress bars, tokenizers' fork warning,
+    jsonargparse's deprecations, the libraries' known-harmless warnings and their INFO logging."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
+    warnings.filterwarnings(
+        "ignore", message=".*(LeafSpec|eval mode|litlogger|does not have many workers|is_gradient_checkpointing).*"
+    )
+    for name in ("transformers", "lightning.pytorch.utilities.rank_zero", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _quiet(*args, **kwargs) -> None:
     pass
-
-
-def make_strategy(cfg: RunConfig):
-    """The Lightning strategy of ``cfg.trainer``: "auto", DDP (gloo on CPU, NCCL on GPU), or FSDP
-    wrapping each decoder layer (with activation checkpointing there when the model asks for it)."""
-    t = cfg.trainer
-    if t.strategy == "ddp":
-        from lightning.pytorch.strategies import DDPStrategy
-
-        return DDPStrategy(process_group_backend="gloo" if t.accelerator == "cpu" else None)
-    if t.strategy == "fsdp":
-        from lightning.pytorch.strategies import FSDPStrategy
-
-        layers = decoder_layer_classes(cfg.model.name)
-        return FSDPStrategy(
-            auto_wrap_policy=layers,
-            sharding_strategy=t.fsdp_sharding,
-            activation_checkpointing_policy=layers if cfg.model.gradient_checkpointing else None,
-            use_orig_params=True,
-        )  # LoRA: frozen and trainable parameters share wrapped modules
-    return "auto"
-
-
-def decoder_layer_classes(model_name: str) -> set[type]:
-    """The decoder-layer class FSDP wraps one unit each: the one the model's architecture keeps
-    whole when transformers splits it across devices (its ``_no_split_modules``)."""
-    import sys
-
-    from transformers import Qwen3Config
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-    from bench.engine.policy import TINY_SIZES
-    from bench.run.hub_archs import architecture
-
-    # the tiny sizes are Qwen3 models (bench.engine.policy.build_tiny); others have a known or Hub config
-    config_class = Qwen3Config if model_name in TINY_SIZES else type(architecture(model_name))
-    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[config_class]
-    module = sys.modules[model_class.__module__]
-    return {getattr(module, name) for name in model_class._no_split_modules}

@@ -129,13 +129,17 @@ def _sweep_runs(uri: str, sweep: str):
     return client, client.search_runs([exp.experiment_id], f"tags.sweep = '{sweep}'")
 
 
-def _training(uri: str, sweep: str) -> bool:
-    """Whether a run of the sweep is under way (its MLflow run exists and is RUNNING)."""
+def _training(uri: str, sweep: str, done: set[str] = frozenset()) -> bool:
+    """Whether a run of the sweep but those in ``done`` is under way (its MLflow run exists and is RUNNING)."""
     try:
         client, runs = _sweep_runs(uri, sweep)
     except Exception:  # the store or the experiment may not exist yet
         return False
-    return any(r.info.status == "RUNNING" for r in runs if r.data.tags.get("kind") == "rl")
+    return any(
+        r.info.status == "RUNNING" and r.data.tags.get("run_key") not in done
+        for r in runs
+        if r.data.tags.get("kind") == "rl"
+    )
 
 
 def _comparable(report: dict) -> dict:
@@ -157,6 +161,9 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
 
     spec = write_spec(tmp_path, name="cut", seeds=[0])
     runs_dir = Path(env["RESULTS"]) / "cut" / "runs"
+    # open the store once now (imports, schema check: seconds): in a sweep worker the second run
+    # trains for a few seconds only, and each poll below must see it in time
+    _training(env["URI"], "whole")
     proc = subprocess.Popen(
         sweep_cmd(spec, env),
         stdout=subprocess.DEVNULL,
@@ -168,7 +175,8 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
     try:
         deadline = time.time() + 600
         while time.time() < deadline:  # kill once one run finished and the next one is training
-            if list(runs_dir.glob("*.json")) and _training(env["URI"], "cut"):
+            done = {p.stem for p in runs_dir.glob("*.json")}
+            if done and _training(env["URI"], "cut", done):
                 break
             assert proc.poll() is None, "the sweep ended before it could be interrupted"
             time.sleep(0.5)
