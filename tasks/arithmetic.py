@@ -5,11 +5,14 @@ rejecting problems whose running result goes negative, e.g. ``63-11+48``. The re
 is a short scratchpad ending in the boxed answer, ``63-11=52,52+48=100,\\boxed{100}``, which the
 supervised warm-start imitates. The eval split is ``eval_size`` distinct problems drawn with
 ``seed``; the train split never contains them. Grading is math-verify's (tasks.math_grader), the
-same verifier that grades GSM8K and MATH.
+same verifier that grades GSM8K and MATH. The scratchpad is deterministic, so a wrong answer's
+blame (``Outcome.blame``) is where its completion first departs from the reference solution
+(with the compact template, whose completions imitate it; none with the free-form instruct one).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,7 @@ from bench.errors import CreditBenchError
 from bench.registry import TASKS
 from tasks.math_grader import MathGrader
 from tasks.prompts import chat_prompt
+from tasks.synthetic import first_departure
 
 TEMPLATES = {
     # Short, for character-level tiny models: every prompt character costs compute.
@@ -116,4 +120,10 @@ class Arithmetic(Task):
         return chat_prompt(text, tokenizer) if self.config.template == "instruct" else text
 
     def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
-        return self.grader(completions, [r["answer"] for r in rows], flexible=details)
+        outcomes = self.grader(completions, [r["answer"] for r in rows], flexible=details)
+        if self.config.template != "compact":  # free-form reasoning: no reference to depart from
+            return outcomes
+        return [
+            o if o.correct else dataclasses.replace(o, blame=first_departure(c, r["solution"]))
+            for o, c, r in zip(outcomes, completions, rows)
+        ]
