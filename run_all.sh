@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The embedded benchmark on CPU: every registered method on the arithmetic task, across tiny model
-# sizes and seeds, at a matched budget of training samples; then the report.
-#   ./run_all.sh           results/sweeps/embedded.yaml: every method x tiny-500k, tiny-2m x seeds 0, 1
-#   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace, tiny-500k, two seeds (minutes)
-#   ./run_all.sh SPEC.yaml any sweep spec
-# JOBS=N runs N at a time (default 2, one core each); MLFLOW_TRACKING_URI names another store
-# (default ./mlflow.db). Every run starts from the warm-started base checkpoint of its size (built
-# once, cached in .creditbench/cache), is an MLflow run under the sweep's parent run, and writes
-# results/<sweep>/runs/<run>.json. A stopped sweep started again skips the finished runs. The
-# report: results/<sweep>/summary.md (mean and 95% interval over seeds, paired difference to GRPO),
+# The embedded benchmark on CPU: can the suite tell credit-assignment methods apart? Five methods
+# whose credit differs, on a credit-sensitive task (chain) and on arithmetic (the control), tiny-500k,
+# 10 seeds, at a matched budget of training samples; then the report with Holm-corrected comparisons.
+#   ./run_all.sh           results/sweeps/embedded.yaml: 100 runs, about 45 min on 2 cores
+#   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace on chain, 3 seeds (minutes)
+#   ./run_all.sh SPEC.yaml any sweep spec (results/sweeps/embedded-long.yaml: about 4 hours, ~2-point MDE)
+# JOBS=N runs N at a time (default 2 worker processes, one core each); MLFLOW_TRACKING_URI names
+# another store (default ./mlflow.db). Every run starts from the warm-started base checkpoint of its
+# task and size (built once, cached in .creditbench/cache), is an MLflow run under the sweep's parent
+# run, and writes results/<sweep>/runs/<run>.json with its per-problem counts. A stopped sweep
+# started again skips the finished runs. The report: results/<sweep>/summary.md (means and intervals
+# over seeds, the comparisons with Holm and TOST, the minimum detectable difference, blame alignment),
 # summary.csv, report.json and the figures (*.png). Step by step: docs/recipes/run-the-benchmark.md.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -16,7 +18,7 @@ cd "$(dirname "$0")"
 case "${1:-}" in
   --quick) SPEC=results/sweeps/embedded-quick.yaml ;;
   "") SPEC=results/sweeps/embedded.yaml ;;
-  -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;  # before the environment: help installs nothing
+  -h|--help) sed -n '2,15p' "$0" | cut -c3-; exit 0 ;;  # before the environment: help installs nothing
   *) SPEC=$1 ;;
 esac
 source bench/bootstrap.sh
