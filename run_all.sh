@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The embedded benchmark on CPU: can the suite tell credit-assignment methods apart? Five methods
 # whose credit differs, on a credit-sensitive task (chain) and on arithmetic (the control), tiny-500k,
-# 10 seeds, at a matched budget of training samples; then the report with Holm-corrected comparisons.
-#   ./run_all.sh           results/sweeps/embedded.yaml: 100 runs, about 45 min on 2 cores
+# 16 seeds, at a matched budget of training samples; then the report with Holm-corrected comparisons.
+#   ./run_all.sh           results/sweeps/embedded.yaml: 160 runs, about 50 min on 2 cores
 #   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace on chain, 3 seeds (minutes)
 #   ./run_all.sh SPEC.yaml any sweep spec (results/sweeps/embedded-long.yaml: about 4 hours, ~2-point MDE)
 # JOBS=N runs N at a time (default 2 worker processes, one core each); MLFLOW_TRACKING_URI names

@@ -22,7 +22,7 @@ MAX_STEPS = 14  # 2 characters a step: the default RL budget of 36 new tokens ho
 
 @dataclass(frozen=True)
 class ChainConfig(SyntheticConfig):
-    steps: int = 8
+    steps: int = 6
     """Digits in the chain (steps - 1 additions); the difficulty knob."""
 
     def __post_init__(self) -> None:

@@ -84,7 +84,18 @@ def test_result_tables_are_generated_from_results():
 
 def test_every_results_block_names_a_source_it_can_read():
     sources = [m["source"] for page in PAGES for m in docs_tables.BLOCK.finditer(page.read_text())]
-    assert {"embedded/summary", "embedded/run", "benchmarks/rl_step.md", "benchmarks/trl.md#1"} <= set(sources)
+    assert {
+        "embedded/summary",
+        "embedded/run",
+        "embedded/comparisons",
+        "embedded/blame",
+        "benchmarks/rl_step.md",
+        "benchmarks/trl.md#1",
+    } <= set(sources)
+    comparisons, _ = docs_tables.generate("embedded/comparisons", ROOT / "results")
+    assert "p_Holm" in comparisons and "detects a difference of" in comparisons
+    blame, _ = docs_tables.generate("embedded/blame", ROOT / "results")
+    assert blame.startswith("| model | task | method |") and "| chain |" in blame
     with pytest.raises(docs_tables.CreditBenchError, match="unknown results block source"):
         docs_tables.generate("embedded/everything", ROOT / "results")
     with pytest.raises(docs_tables.CreditBenchError, match=r"'#99' must be a number in 1\.\."):

@@ -130,10 +130,8 @@ def blame_markdown(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
 
-    def f(ci: dict) -> str:
-        if ci.get("mean") is None:
-            return "–"
-        return f"{ci['mean']:.3f}" if ci.get("lo") is None else f"{ci['mean']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}]"
+    def f(ci: dict) -> str:  # the probe and the base policy are the same for every seed: one value, no interval
+        return "–" if ci.get("mean") is None else f"{ci['mean']:.3f}"
 
     out = [
         "## Blame alignment",
@@ -141,7 +139,8 @@ def blame_markdown(rows: list[dict[str, Any]]) -> list[str]:
         "On a fixed probe set of failed completions sampled once from the base policy: the share of each method's "
         "effective credit |−∂L/∂log π| on the first wrong token (uniform credit gives the uniform share), that "
         "token's rank among the completion's tokens as a fraction (0: the most credited) and how often it is "
-        "the most credited. Measured at the base policy, so every method sees the same completions.",
+        "the most credited. Measured at the base policy on completions sampled with a fixed seed, so every method "
+        "sees the same completions and every seed gives the same value.",
         "",
         "| model | task | method | seeds | share on first wrong token | uniform share | rank fraction | top-1 "
         "| probes |",

@@ -122,6 +122,25 @@ def sweep_run(results: Path, sweep: str) -> tuple[str, str]:
     return text + ".", f"{sweep}/report.json"
 
 
+def sweep_comparisons(results: Path, sweep: str) -> tuple[str, str]:
+    """The report's family of comparisons on its primary metric (Holm, BH, TOST) and its MDE lines."""
+    report = _report(results, sweep)
+    if not report.get("analysis"):
+        raise CreditBenchError(f"results/{sweep}/report.json has no comparisons (one label, or an older report)")
+    return report["analysis"]["markdown"], f"{sweep}/report.json"
+
+
+def sweep_blame(results: Path, sweep: str) -> tuple[str, str]:
+    """The report's blame-alignment table (without its heading and explanation)."""
+    from bench.report.comparisons import blame_markdown
+
+    report = _report(results, sweep)
+    lines = blame_markdown(report.get("blame") or [])
+    if not lines:
+        raise CreditBenchError(f"results/{sweep}/report.json has no blame alignment (its tasks report no blame)")
+    return "\n".join(line for line in lines if line.startswith("|")), f"{sweep}/report.json"
+
+
 def markdown_tables(results: Path, name: str) -> tuple[str, str]:
     """The Markdown tables of a results file (``PATH.md``), or its N-th (``PATH.md#N``)."""
     rel, _, nth = name.partition("#")
@@ -173,8 +192,13 @@ def generate(source: str, results: Path) -> tuple[str, str]:
         return sweep_summary(results, sweep)
     if kind == "run" and sweep:
         return sweep_run(results, sweep)
+    if kind == "comparisons" and sweep:
+        return sweep_comparisons(results, sweep)
+    if kind == "blame" and sweep:
+        return sweep_blame(results, sweep)
     raise CreditBenchError(
-        f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, papers/NAME/analogue or PATH.md[#N]"
+        f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, SWEEP/comparisons, SWEEP/blame, "
+        "papers/NAME/analogue or PATH.md[#N]"
     )
 
 
