@@ -221,21 +221,23 @@ def _mean_curve(curves: list[tuple[list[float], list[float], list[float]]]) -> d
 
 
 def _credit_maps(runs: list[RunResult]) -> dict[str, Any]:
-    """Per model: every method's credit on the same probe completion (from each method's run with
-    the lowest seed; methods whose probe differs from the most common one are left out)."""
+    """Per model (per model and training task, ``MODEL-TASK``, when the sweep trains on several
+    tasks): every method's credit on the same probe completion (from each method's run with the
+    lowest seed; methods whose probe differs from the most common one are left out)."""
     maps: dict[str, Any] = {}
-    by_model: dict[str, list[RunResult]] = defaultdict(list)
+    several = len({r.task for r in runs}) > 1
+    by_key: dict[str, list[RunResult]] = defaultdict(list)
     for r in runs:
         if r.credit_probe:
-            by_model[r.model].append(r)
-    for model, rs in by_model.items():
+            by_key[f"{r.model}-{r.task}" if several else r.model].append(r)
+    for key, rs in by_key.items():
         first: dict[str, dict] = {}
         for r in sorted(rs, key=lambda r: r.seed):
             first.setdefault(r.label, r.credit_probe)
         texts = [p["completion"] for p in first.values()]
         common = max(set(texts), key=texts.count)
         probe = next(p for p in first.values() if p["completion"] == common)
-        maps[model] = {
+        maps[key] = {
             "prompt": probe["prompt"],
             "completion_tokens": probe["completion_tokens"],
             "reward": probe["reward"],
