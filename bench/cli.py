@@ -120,6 +120,14 @@ def cmd_summarize(argv: list[str]) -> int:
     out = Path(a.results_dir) / a.sweep
     runs = load_runs(a.results_dir, a.sweep)
     spec = read_spec(out / "sweep.yaml") if (out / "sweep.yaml").is_file() else None  # the spec the sweep ran
+    if spec is not None:  # only the spec's runs: results/<sweep>/runs/ may hold an earlier design's runs
+        from bench.run.sweep import load_spec
+
+        keys = {r.key for r in load_spec(out / "sweep.yaml").runs}
+        left = [r.run_name for r in runs if r.run_name not in keys]
+        runs = [r for r in runs if r.run_name in keys] or runs
+        if left and len(runs) < len(left) + len(runs):
+            print(f"left out {len(left)} result(s) in {out}/runs that the sweep's spec does not name (e.g. {left[0]})")
     if spec is None:  # the report's settings are then a sweep spec's defaults
         report = build_report(runs, sweep=a.sweep)
     else:

@@ -24,7 +24,10 @@ def _pilot_components(results_dir: str, pilot: str, task: str, metric: str) -> i
     that task with per-problem counts); an unreadable pilot is a one-line error."""
     from bench.report.summary import load_runs
 
-    runs = load_runs(results_dir, pilot)
+    try:
+        runs = load_runs(results_dir, pilot)
+    except CreditBenchError:  # no finished runs there (e.g. a fresh clone of a sweep whose runs/ is not kept)
+        return None
     counts: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     n = 0
     for r in runs:

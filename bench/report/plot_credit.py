@@ -149,7 +149,7 @@ def plot_credit_map(model: str, cm: dict, st: LineStyle, path: Path) -> Path | N
         reward = num(cm.get("reward"))
         shown_note = f"first {len(shown)} of {len(tokens)} tokens" if cut else f"{len(tokens)} tokens"
         if isinstance(blame, int) and 0 <= blame < len(tokens):
-            shown_note += f"; red outline: token {blame}, where the answer first went wrong"
+            shown_note += f"; red: token {blame}, the first wrong one"
         fig.text(
             0.5,
             1 - 0.22 / height,

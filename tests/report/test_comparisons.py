@@ -87,3 +87,16 @@ def test_dry_run_design_lines(tmp_path):
     assert "arithmetic: MDE of pass_at_1" in lines[1] and "seeds for a 3-point MDE" in lines[1]
     spec.write_text(spec.read_text().replace("analysis: {sd_train: 0.02, sd_item: 0.4}", "analysis: {}"))
     assert "no variance to size the design with" in design_lines(load_spec(spec), str(tmp_path))[1]
+
+
+def test_dry_run_falls_back_to_the_prior_when_the_pilot_has_no_runs(tmp_path):
+    from bench.run.sweep import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: d\ntasks: [chain]\nmethods: [grpo, s_trace]\nmodels: [tiny-500k]\nseeds: [0, 1, 2]\n"
+        "budget: {samples: 256}\neval: {n: 4, num_problems: 50}\n"
+        "analysis: {pilot: never-run, sd_train: 0.02, sd_item: 0.4}\n"
+    )
+    line = design_lines(load_spec(spec), str(tmp_path))[1]
+    assert line.startswith("  chain: MDE of pass_at_1") and "prior: sd_train 0.0200" in line
