@@ -13,24 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from pathlib import Path
 
-from bench.run.args import ArgumentParser, config_error, train_parser
+from bench.run.args import ArgumentParser, config_error, quiet_libraries, train_parser
 from bench.run.tracking import default_uri
-
-
-def _quiet() -> None:
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
-    warnings.filterwarnings(
-        "ignore", message=".*(LeafSpec|eval mode|litlogger|does not have many workers|is_gradient_checkpointing).*"
-    )
-    for name in ("transformers", "lightning.pytorch.utilities.rank_zero", "lightning.fabric"):
-        import logging
-
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def cmd_train(argv: list[str]) -> int:
@@ -216,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     cmd, rest = argv[0], argv[1:]
-    _quiet()
+    quiet_libraries()
     try:
         if cmd not in COMMANDS:
             raise did_you_mean("command", cmd, COMMANDS)

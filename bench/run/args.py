@@ -78,3 +78,20 @@ def unknown_setting(key: str) -> str | None:
         if not dataclasses.is_dataclass(cls):
             return None
     return None
+
+
+def quiet_libraries() -> None:
+    """What the command line silences for a run's output: progress bars, tokenizers' fork warning,
+    jsonargparse's deprecations, the libraries' known-harmless warnings and their INFO logging."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
+    warnings.filterwarnings(
+        "ignore", message=".*(LeafSpec|eval mode|litlogger|does not have many workers|is_gradient_checkpointing).*"
+    )
+    for name in ("transformers", "lightning.pytorch.utilities.rank_zero", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -155,7 +155,7 @@ def run_one(config: str | Path, log: str | Path) -> int:
 
 def preload() -> None:
     """Import what every run needs, once, and keep generated task data between runs."""
-    from bench.run.train import quiet_libraries
+    from bench.run.args import quiet_libraries
 
     quiet_libraries()
     import lightning  # noqa: F401
