@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.errors import CreditBenchError
 from bench.report import inference
 from bench.report.stats import mean_interval, pass_at_k_per_problem, t_interval
 from bench.run.result import RunResult
@@ -99,6 +100,10 @@ def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
         for lab, control in controlled.items():
             comparisons.append(inference.compare({control: by_label[control], lab: by_label[lab]}, control, *settings))
     if not comparisons:
+        if runs and not groups:  # a metric no run has: say which it has rather than drop the comparisons
+            have = sorted(k for k in _final_point(runs[0], runs[0].task).eval[runs[0].task] if not k.endswith("_se"))
+            valid = ", ".join(have)
+            raise CreditBenchError(f"analysis.metric {analysis.metric!r} is not in the runs' eval; valid: {valid}")
         return None
     a = inference.assess(comparisons, analysis.alpha, analysis.power)
     return {"metric": analysis.metric, "assessment": a.to_dict(), "markdown": inference.markdown(a)}

@@ -119,6 +119,10 @@ class Analysis:
     (instead of sd_train and sd_item)."""
 
     def __post_init__(self) -> None:
+        check(
+            re.fullmatch(r"(pass|avg)_at_[1-9]\d*|greedy", self.metric) is not None,
+            f"analysis.metric must be pass_at_K (K in eval.k), avg_at_N (N = eval.n) or greedy, got {self.metric!r}",
+        )
         check(0 < self.alpha < 0.5, f"analysis.alpha must be in (0, 0.5), got {self.alpha}")
         check(0 < self.power < 1, f"analysis.power must be in (0, 1), got {self.power}")
         check(self.margin > 0, f"analysis.margin must be > 0, got {self.margin}")

@@ -4,6 +4,7 @@ comparisons (controls, Holm, the MDE line), the blame table and the dry run's de
 import numpy as np
 import pytest
 
+from bench.errors import CreditBenchError
 from bench.report.comparisons import analyse, blame_table, difference, interval
 from bench.report.design import design_lines
 from bench.report.summary import build_report, markdown
@@ -39,6 +40,9 @@ def test_intervals_stay_inside_the_range_and_need_three_seeds():
     assert length["lo"] == 0.0 and length["hi"] > 30
     d = difference([0.9, -0.9, 0.95], "pass_at_1")
     assert -1.0 <= d["lo"] and d["hi"] <= 1.0
+    # by hand: mean 0.2, sd 0.1, t(0.975, 2) = 4.3027 -> 0.2 -+ 4.3027 * 0.1 / sqrt(3) = 0.2 -+ 0.2484
+    d = difference([0.1, 0.2, 0.3], "pass_at_1")
+    assert (d["mean"], d["lo"], d["hi"]) == pytest.approx((0.2, -0.0484, 0.4484), abs=1e-4)
 
 
 def test_the_family_pairs_controlled_labels_with_their_control_and_prints_the_mde():
@@ -62,6 +66,8 @@ def test_the_family_pairs_controlled_labels_with_their_control_and_prints_the_md
     report = build_report(runs, baseline="grpo", budget={"samples": 800}, sweep="toy", analysis=a)
     text = markdown(report)
     assert "## Comparisons" in text and "p_Holm" in text
+    with pytest.raises(CreditBenchError, match=r"metric 'pass_at_2' is not in the runs' eval; valid: avg_at_4"):
+        analyse(runs, "grpo", Analysis(metric="pass_at_2"))
 
 
 def test_blame_table_means_over_seeds():
