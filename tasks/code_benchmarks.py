@@ -8,9 +8,12 @@ mbpp         mbpp/sanitized-mbpp.json task_id 11-510 (257) /        the other 17
              google-research-datasets/mbpp sanitized test           sanitized train+validation+prompt
 ============ ===================================================== ==================================
 
-A completion passes when ``program + tests`` runs to the end in :mod:`tasks.sandbox` (a separate
-process with CPU, memory, process, file-size and output limits, a wall-clock timeout, no network,
-a fresh temporary directory and a minimal environment). Model-written code only runs after an
+A completion passes when the dataset's tests run to the end against it in :mod:`tasks.sandbox`:
+the program runs contained by the kernel (bubblewrap: namespaces, a read-only filesystem, a
+private tmpfs, uid nobody, seccomp, rlimits, a wall-clock timeout), and the tests run in a
+separate trusted process that calls the program's functions and gets back plain data, so no
+program can make its own tests pass. HumanEval's prompt helpers that its tests call (e.g.
+``encode_cyclic``) run with the tests, not as the model's code. Model-written code only runs after an
 explicit opt-in (see :func:`bench.core.code_execution_allowed`), as lm-evaluation-harness
 requires ``--confirm_run_unsafe_code``.
 
@@ -30,6 +33,7 @@ template when it has one and asks for a fenced code block.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass
@@ -89,7 +93,7 @@ def cut_at_stop(text: str, stops: tuple[str, ...] = STOP_SEQUENCES) -> str:
 
 class CodeBenchmark(Task):
     Config = CodeTaskConfig
-    VERSION = "1"
+    VERSION = "2"  # 2: the verdict is computed outside the program's process (tasks/sandbox.py)
     executes_code = True
     sources: ClassVar[dict[str, Source]] = {}
     fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
@@ -143,7 +147,7 @@ class CodeBenchmark(Task):
             raise CreditBenchError(code_execution_refused(self.name))
         if self._sandbox is None:
             self._sandbox = Sandbox(self.limits, workers=self.config.workers or min(2, os.cpu_count() or 1))
-        jobs = [(self.program(c, r), r["test"]) for c, r in zip(completions, rows, strict=True)]
+        jobs = [(self.program(c, r), r["test"], r["entry_point"]) for c, r in zip(completions, rows, strict=True)]
         out = []
         for res in self._sandbox.run_many(jobs):
             out.append(
@@ -170,7 +174,7 @@ class HumanEval(CodeBenchmark):
             "id": raw["task_id"],
             "question": raw["prompt"],
             "answer": raw["canonical_solution"],
-            "test": f"{raw['test']}\ncheck({raw['entry_point']})\n",
+            "test": f"{_helpers(raw['prompt'], raw['entry_point'])}{raw['test']}\ncheck({raw['entry_point']})\n",
             "entry_point": raw["entry_point"],
         }
 
@@ -245,6 +249,18 @@ class MBPP(CodeBenchmark):
         if blocks:
             return next((b for b in blocks if defines(b, row["entry_point"])), blocks[-1])
         return completion.split("[DONE]")[0]
+
+
+def _helpers(prompt: str, entry_point: str) -> str:
+    """The prompt's own code that its tests use (HumanEval 32, 38 and 50 call a function the prompt
+    defines, e.g. ``encode_cyclic``): every top-level statement but the entry point's stub, to run
+    with the tests, on the trusted side, rather than as part of the model's program."""
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return ""
+    keep = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name == entry_point)]
+    return "".join(ast.get_source_segment(prompt, n, padded=True) + "\n" for n in keep) + "\n"
 
 
 def _entry_point(code: str, tests: list[str]) -> str:

@@ -1,0 +1,193 @@
+"""The kernel's containment for :mod:`tasks.sandbox`: bubblewrap command lines.
+
+Each of the two processes of a sandboxed run (the program's and the grader's) starts in a
+bubblewrap (``bwrap``) sandbox of its own:
+
+- **filesystem**: a fresh root that holds only ``/usr`` (with the ``/bin``, ``/lib`` links or
+  directories beside it), the Python installation, ``/etc/ld.so.cache`` and the sandbox's four
+  scripts, all read-only bind mounts; a private ``/tmp`` tmpfs capped in size as the working
+  directory; a ``/proc`` of its own PID namespace and a minimal ``/dev``. Nothing else of the
+  machine (the project, home directories, ``/etc``) is visible.
+- **namespaces**: new PID, network (loopback only, nothing reachable), IPC, UTS and, where the
+  kernel allows, cgroup namespaces. When the PID namespace's first process dies the kernel
+  kills every process in it, so nothing outlives the sandbox; ``--die-with-parent`` ties it to
+  its parent.
+- **identity**: run by root, the process starts with only CAP_SETUID/CAP_SETGID and at once
+  becomes uid/gid ``nobody`` (``sandbox_child.restrict``), so RLIMIT_NPROC binds and file
+  permissions apply; run by another user, bubblewrap maps that user into a user namespace in
+  which no further user namespaces may be made. Either way no_new_privs is set (no setuid
+  binaries) and the environment is four variables.
+- **system calls**: a seccomp filter (:mod:`tasks.sandbox_seccomp`) refuses ptrace, mounts,
+  namespaces, kernel keyrings, BPF, io_uring and other kernel surface a program has no use for,
+  and sockets other than AF_UNIX.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.errors import CreditBenchError
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = ("sandbox_wire.py", "sandbox_child.py", "sandbox_program.py", "sandbox_grader.py")
+INSIDE = "/creditbench"  # where the scripts appear in the sandbox
+LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+OPTIONAL_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+ENVIRONMENT = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
+    "bash tests/run.sh installs it where it can) or set CREDITBENCH_BWRAP to its path"
+)
+
+
+@functools.cache
+def bwrap_path() -> str:
+    """The bubblewrap binary: $CREDITBENCH_BWRAP, else ``bwrap`` on PATH, else a one-line error."""
+    path = os.environ.get("CREDITBENCH_BWRAP") or shutil.which("bwrap") or "/usr/bin/bwrap"
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise CreditBenchError(f"code tasks run programs under bubblewrap, which is not installed ({path!r}); {INSTALL_HINT}")
+    return path
+
+
+def python_executable() -> str:
+    """The base interpreter (a virtual environment's ``python`` is a link to it; no site-packages
+    are used inside the sandbox)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+@functools.cache
+def filesystem() -> tuple[str, ...]:
+    """The read-only view, as bubblewrap arguments."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    bound = ["/usr"]
+    for d in LINKS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+            bound.append(d)
+    exe = python_executable()
+    made = set()
+    for tree in sorted({os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(exe))}):
+        if not _under(tree, bound):
+            # bubblewrap makes missing parents mode 0700, which uid nobody could not search
+            for parent in reversed(Path(tree).parents[:-1]):
+                if str(parent) not in made:
+                    args += ["--perms", "0755", "--dir", str(parent)]
+                    made.add(str(parent))
+            args += ["--ro-bind", tree, tree]
+            bound.append(tree)
+    for f in OPTIONAL_FILES:
+        args += ["--ro-bind-try", f, f]
+    args += ["--ro-bind", str(compiled_scripts()), INSIDE]
+    return tuple(args)
+
+
+@functools.cache
+def compiled_scripts() -> Path:
+    """A directory with the scripts and their bytecode (so neither process compiles them at every
+    start: that alone cost about 15 ms of CPU per process), in the user's cache, keyed by the
+    scripts' content and the interpreter. Made once, atomically."""
+    digest = hashlib.sha256(sys.version.encode())
+    for name in SCRIPTS:
+        digest.update((HERE / name).read_bytes())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "creditbench"
+    target = cache / f"sandbox-{digest.hexdigest()[:16]}"
+    if target.is_dir():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".sandbox-", dir=cache))
+    for name in SCRIPTS:
+        shutil.copyfile(HERE / name, staging / name)
+        py_compile.compile(
+            str(staging / name),
+            cfile=importlib.util.cache_from_source(str(staging / name)),
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        )
+    for path in [staging, *staging.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    try:
+        staging.rename(target)
+    except OSError:  # another process made it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def command(
+    script: str, limits: tuple[int, ...], disk_mb: int, seccomp_fd: int | None, fds: tuple[int, ...], entry: str = "main"
+) -> list[str]:
+    """The command line that runs ``entry()`` of ``script`` (one of SCRIPTS) with its limits and
+    descriptors."""
+    root = os.geteuid() == 0
+    ns = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if root:  # no user namespace: the process drops to nobody itself, so NPROC and permissions bind
+        ns += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        ns += ["--unshare-user", "--disable-userns"]
+    env = [x for k, v in ENVIRONMENT.items() for x in ("--setenv", k, v)]
+    seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    return [
+        bwrap_path(),
+        *ns,
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+        *env,
+        *filesystem(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(disk_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+        *seccomp,
+        "--",
+        python_executable(),
+        "-I",
+        "-S",
+        "-B",
+        "-c",
+        f"import sys; sys.path.insert(0, {INSIDE!r}); import {script.removesuffix('.py')} as s; s.{entry}()",
+        *map(str, limits),
+        *map(str, fds),
+    ]
+
+
+@functools.cache
+def check_works() -> None:
+    """One run of ``true`` under the same options, so that a machine where bubblewrap cannot make
+    its namespaces fails with bubblewrap's own reason, once, before any program is graded."""
+    cmd = command("sandbox_child.py", (), 1, None, ())
+    cmd = cmd[: cmd.index("--") + 1] + [python_executable(), "-I", "-S", "-c", "pass"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CreditBenchError(f"bubblewrap could not start the sandbox: {exc}") from None
+    if done.returncode != 0:
+        reason = (done.stderr.decode("utf-8", "replace").strip().splitlines() or [f"status {done.returncode}"])[-1]
+        raise CreditBenchError(
+            f"bubblewrap cannot make the sandbox on this machine ({reason}); the code sandbox does not run "
+            "without it (unprivileged user namespaces may be disabled: see bubblewrap's documentation)"
+        )
