@@ -37,8 +37,10 @@ the test code, where they are trusted (the task puts them there).
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import select
 import selectors
 import signal
 import socket
@@ -150,20 +152,27 @@ class Sandbox:
         ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         verdict_r, verdict_w = os.pipe()
         job_r, job_w = os.pipe()
-        program_proc = None
+        program_proc, init = None, None
         try:
             seccomp_fd = _pipe_with(self._seccomp)
+            info_r, info_w = os.pipe()
             try:
-                cmd = sandbox_bwrap.command("sandbox_program.py", limits, DISK_FILES * lim.max_file_mb, seccomp_fd, (ends[1].fileno(),))
-                program_proc = _popen(cmd, (ends[1].fileno(), seccomp_fd))
+                fds = (ends[1].fileno(),)
+                cmd = sandbox_bwrap.command("sandbox_program.py", limits, DISK_FILES * lim.max_file_mb, seccomp_fd, fds, info_fd=info_w)
+                program_proc = _popen(cmd, (*fds, seccomp_fd, info_w))
             finally:
                 os.close(seccomp_fd)
+                os.close(info_w)
+            try:
+                init = _namespace_init(info_r, program_proc.pid, start + lim.timeout_s)
+            finally:
+                os.close(info_r)
             self._grader.submit(job_r, ends[0].fileno(), verdict_w, lim.cpu_s, math.ceil(lim.timeout_s))
         except BaseException:
             for fd in (verdict_r, job_w):
                 os.close(fd)
             if program_proc is not None:
-                _kill(program_proc)
+                _kill(program_proc, init)
             raise
         finally:
             for end in ends:
@@ -179,7 +188,7 @@ class Sandbox:
         finally:
             os.close(verdict_r)
             job_file.close()
-            _kill(program_proc)
+            _kill(program_proc, init)
         return _classify(outcome, verdict, program_proc.returncode, lim, time.monotonic() - start)
 
     def close(self) -> None:
@@ -222,8 +231,46 @@ def _popen(cmd: list[str], fds: tuple[int, ...]) -> subprocess.Popen:
     )
 
 
-def _kill(p: subprocess.Popen) -> None:
-    """SIGKILL bubblewrap's session; its PID namespace dies with it. Reap without hanging."""
+def _namespace_init(info_fd: int, bwrap_pid: int, deadline: float) -> int | None:
+    """A pidfd of the PID namespace's first process, from bubblewrap's --info-fd report (checked to
+    be bubblewrap's child, so a recycled pid is never taken). None if it has already exited."""
+    data = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([info_fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        pid = int(json.loads(data)["child-pid"])
+        pidfd = os.pidfd_open(pid)
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        ppid = -1
+    if ppid != bwrap_pid:
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _kill(p: subprocess.Popen, init: int | None = None) -> None:
+    """SIGKILL the PID namespace's first process, which takes every process of the program with
+    it, and wait until it is gone (so nothing the program started outlives the call); then
+    bubblewrap's session. Reap without hanging."""
+    if init is not None:
+        try:
+            signal.pidfd_send_signal(init, signal.SIGKILL)
+            select.select([init], [], [], 5)  # readable once it has exited, after all the others
+        except OSError:
+            pass
+        finally:
+            os.close(init)
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

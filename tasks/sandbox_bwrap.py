@@ -128,7 +128,13 @@ def compiled_scripts() -> Path:
 
 
 def command(
-    script: str, limits: tuple[int, ...], disk_mb: int, seccomp_fd: int | None, fds: tuple[int, ...], entry: str = "main"
+    script: str,
+    limits: tuple[int, ...],
+    disk_mb: int,
+    seccomp_fd: int | None,
+    fds: tuple[int, ...],
+    entry: str = "main",
+    info_fd: int | None = None,
 ) -> list[str]:
     """The command line that runs ``entry()`` of ``script`` (one of SCRIPTS) with its limits and
     descriptors."""
@@ -140,6 +146,8 @@ def command(
         ns += ["--unshare-user", "--disable-userns"]
     env = [x for k, v in ENVIRONMENT.items() for x in ("--setenv", k, v)]
     seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    if info_fd is not None:  # bubblewrap writes {"child-pid": N, ...} there: the namespace's first process
+        seccomp += ["--info-fd", str(info_fd)]
     return [
         bwrap_path(),
         *ns,

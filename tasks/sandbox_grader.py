@@ -107,7 +107,7 @@ def _bind(reply, wanted: set, fd: int) -> dict:
             module = _module(payload)
             if module is not None:
                 namespace[name] = module
-        elif kind == "data" and type(payload) is not wire.Opaque:
+        elif kind == "data":
             namespace[name] = payload
     return namespace
 

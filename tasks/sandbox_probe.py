@@ -41,7 +41,7 @@ print(json.dumps({
     "no_new_privs": status.get("NoNewPrivs", "0").strip() == "1",
     "seccomp": status.get("Seccomp", "0").strip() == "2",
     "rlimits": resource.getrlimit(resource.RLIMIT_CPU) == (CPU_S, CPU_S),
-    "minimal_environment": sorted(os.environ) == ["HOME", "LANG", "PATH", "TMPDIR"],
+    "minimal_environment": sorted(os.environ) == ["HOME", "LANG", "PATH", "PWD", "TMPDIR"],
 }))
 """
 

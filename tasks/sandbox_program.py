@@ -46,6 +46,7 @@ def _reply(fd: int, message: list) -> None:
 
 def main() -> None:
     child.start()
+    wire.ACCEPT_HANDLES = True
     program = child.read_stdin()
     fd = child.CHANNEL_FD
     module = types.ModuleType("__program__")  # not __main__: a demo block does not run

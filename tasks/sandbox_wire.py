@@ -5,7 +5,8 @@ Both sides of :mod:`tasks.sandbox` load this file (stdlib only; it is also impor
 grader's side encodes arguments and decodes return values. The grader never trusts what it
 receives: :func:`decode` builds nothing but ``None``, ``bool``, ``int``, ``float``, ``complex``,
 ``str``, ``bytes``, ``bytearray``, ``list``, ``tuple``, ``dict``, ``set``, ``frozenset`` and,
-from plain parts, ``collections.deque``, ``range`` and a list iterator (for a returned generator
+from plain parts, ``collections.deque``, ``range``, ``fractions.Fraction``, ``decimal.Decimal``
+and a list iterator (for a returned generator
 or iterator, so that the tests see one-pass iteration as the program gave it). Sizes and depth
 are capped, every length is checked against the bytes present, and dict keys and set items must be
 hashable plain data (hashing plain data runs no program code). Anything malformed is a
@@ -26,12 +27,19 @@ import collections
 import collections.abc
 import os
 import struct
+import sys
 
 MAX_FRAME = 32 << 20  # bytes in one frame
 MAX_DEPTH = 64  # nesting of containers
 MAX_ITEMS = 1 << 20  # values in one frame
 ITERATOR_LIMIT = 100_000  # items taken from a returned iterator before giving up
 _LEN = struct.Struct(">I")
+_HANDLE = struct.Struct(">Q")
+# The program's side keeps each value it sent as opaque, so that the tests can pass it back as an
+# argument (e.g. MBPP tests that build inputs with the program's own class). The grader's side
+# never accepts a handle: ACCEPT_HANDLES is set only in the program's process.
+HANDLES: dict[int, object] = {}
+ACCEPT_HANDLES = False
 _FLOAT = struct.Struct(">d")
 _COMPLEX = struct.Struct(">dd")
 
@@ -46,10 +54,10 @@ class Opaque:
     attributes and supports no operations, so ``assert f(x)`` sees the truth value (which the
     program could as well have returned as a bool) and any comparison fails."""
 
-    __slots__ = ("type_name", "truth")
+    __slots__ = ("type_name", "truth", "handle")
 
-    def __init__(self, type_name: str, truth: bool):
-        self.type_name, self.truth = type_name, truth
+    def __init__(self, type_name: str, truth: bool, handle: int = 0):
+        self.type_name, self.truth, self.handle = type_name, truth, handle
 
     def __bool__(self) -> bool:
         return self.truth
@@ -84,6 +92,8 @@ def _encode(v, out: bytearray, depth: int) -> None:  # noqa: C901, PLR0912 - one
         raise WireError(f"value nested deeper than {MAX_DEPTH}")
     if v is None:
         out += b"N"
+    elif type(v) is Opaque:  # the grader passing back what the program returned
+        out += b"h" + _HANDLE.pack(v.handle)
     elif v is True:
         out += b"T"
     elif v is False:
@@ -115,6 +125,10 @@ def _encode(v, out: bytearray, depth: int) -> None:  # noqa: C901, PLR0912 - one
         _items(out, b"d", (x for kv in pairs for x in kv), 2 * len(pairs), depth)
     elif isinstance(v, range):
         _items(out, b"r", iter((v.start, v.stop, v.step)), 3, depth)
+    elif _is(v, "fractions", "Fraction"):
+        _items(out, b"Q", iter((int(v.numerator), int(v.denominator))), 2, depth)
+    elif _is(v, "decimal", "Decimal"):
+        _put(out, b"D", str(v).encode("ascii", "replace"))
     elif isinstance(v, collections.UserList):
         _encode(list(v.data), out, depth)
     elif isinstance(v, collections.UserString):
@@ -130,7 +144,15 @@ def _encode(v, out: bytearray, depth: int) -> None:  # noqa: C901, PLR0912 - one
         _items(out, b"I", iter(items), len(items), depth)
     else:
         truth = b"1" if bool(v) else b"0"
-        _put(out, b"o", truth + str(type(v).__qualname__).encode("utf-8", "replace")[:200])
+        HANDLES[id(v)] = v
+        name = str(type(v).__qualname__).encode("utf-8", "replace")[:200]
+        _put(out, b"o", truth + _HANDLE.pack(id(v)) + name)
+
+
+def _is(v, module: str, name: str) -> bool:
+    """isinstance against a stdlib class without importing its module (loaded if v is one)."""
+    mod = sys.modules.get(module)
+    return mod is not None and isinstance(v, getattr(mod, name))
 
 
 def _items(out: bytearray, tag: bytes, items, n: int, depth: int) -> None:
@@ -200,10 +222,24 @@ class _Reader:
             return bytearray(self.take(self.length()))
         if tag == b"o":
             payload = self.take(self.length())
-            if payload[:1] not in (b"0", b"1"):
+            if payload[:1] not in (b"0", b"1") or len(payload) < 9:
                 raise WireError("malformed opaque value")
-            return Opaque(payload[1:].decode("utf-8", "replace"), payload[:1] == b"1")
-        if tag not in b"ltqSZdIr" or len(tag) != 1:
+            name = payload[9:].decode("utf-8", "replace")
+            return Opaque(name, payload[:1] == b"1", _HANDLE.unpack(payload[1:9])[0])
+        if tag == b"h":
+            handle = _HANDLE.unpack(self.take(8))[0]
+            if not ACCEPT_HANDLES or handle not in HANDLES:
+                raise WireError("unknown handle")
+            return HANDLES[handle]
+        if tag == b"D":
+            import decimal  # noqa: PLC0415 - only when a program returns one
+
+            text = self.take(self.length()).decode("ascii", "replace")
+            try:
+                return decimal.Decimal(text)
+            except (decimal.InvalidOperation, ValueError):
+                raise WireError("malformed decimal") from None
+        if tag not in b"ltqSZdIrQ" or len(tag) != 1:
             raise WireError(f"unknown tag {tag!r}")
         n = self.length()
         if n > len(self.data) - self.pos:  # every value takes at least one byte
@@ -217,6 +253,12 @@ class _Reader:
             return collections.deque(items)
         if tag == b"I":
             return iter(items)
+        if tag == b"Q":
+            if n != 2 or any(type(x) is not int for x in items) or items[1] == 0:
+                raise WireError("malformed fraction")
+            import fractions  # noqa: PLC0415 - only when a program returns one
+
+            return fractions.Fraction(*items)
         if tag == b"r":
             if n != 3 or any(type(x) is not int for x in items) or items[2] == 0:
                 raise WireError("malformed range")

@@ -16,11 +16,20 @@ PASS_TEST = "assert f(2) == 3"
 
 
 def sandbox_processes() -> set[int]:
-    found = set()
-    for p in psutil.process_iter(["cmdline", "uids"]):
+    """Every process of a program (uid nobody, or its bubblewrap) and every grading child (uid
+    65533 under a grader server); the servers themselves live as long as their Sandbox."""
+    found, uids = set(), {}
+    procs = list(psutil.process_iter(["cmdline", "uids", "ppid"]))
+    for p in procs:
+        try:
+            uids[p.pid] = p.info["uids"].real if p.info["uids"] else None
+        except (psutil.Error, TypeError):
+            pass
+    for p in procs:
         try:
             cmd = " ".join(p.info["cmdline"] or [])
-            if "sandbox_harness.py" in cmd or (p.info["uids"] and p.info["uids"].real == 65534):
+            uid = uids.get(p.pid)
+            if uid == 65534 or "sandbox_program" in cmd or (uid == 65533 and uids.get(p.info["ppid"]) == 65533):
                 found.add(p.pid)
         except (psutil.Error, TypeError):
             pass

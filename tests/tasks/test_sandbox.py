@@ -1,5 +1,5 @@
 """The code-execution sandbox grades: right and wrong programs get their verdict, and a program
-that tampers with the checker is refused. What a program cannot do to the machine is tested in
+that tampers with the checker gets no pass. What a program cannot do to the machine is tested in
 test_sandbox_containment.py."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ TAMPERING = {  # id: (program, test, the status it must get)
     "isinstance": (
         "import builtins\nbuiltins.isinstance = lambda *a: True\ndef f(x):\n    return 's'",
         "assert isinstance(f(2), int)",
-        "failed",
+        "exited",  # the program broke its own process's replies; the grader's isinstance is intact
     ),
     "math.isclose": (
         "import math\nmath.isclose = lambda *a, **k: True\ndef f(x):\n    return 0",
@@ -116,61 +116,61 @@ TAMPERING = {  # id: (program, test, the status it must get)
         "import math\nassert math.isclose(f(2), 3)",
         "failed",
     ),
-    "always-equal": (ALWAYS_EQUAL + "def f(x):\n    return A()", PASS_TEST, "blocked"),
-    "nested": (ALWAYS_EQUAL + "def f(x):\n    return [A()]", "assert f(2) == [3]", "blocked"),
-    "dict": (ALWAYS_EQUAL + "def f(x):\n    return {'k': (1, A())}", "assert f(2) == {'k': (1, 3)}", "blocked"),
+    "always-equal": (ALWAYS_EQUAL + "def f(x):\n    return A()", PASS_TEST, "failed"),
+    "nested": (ALWAYS_EQUAL + "def f(x):\n    return [A()]", "assert f(2) == [3]", "failed"),
+    "dict": (ALWAYS_EQUAL + "def f(x):\n    return {'k': (1, A())}", "assert f(2) == {'k': (1, 3)}", "failed"),
     "int-subclass": (
         "class B(int):\n    def __eq__(self, o):\n        return True\ndef f(x):\n    return B(0)",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
-    "type()": ("A = type('A', (), {'__eq__': lambda s, o: True})\ndef f(x):\n    return A()", PASS_TEST, "blocked"),
+    "type()": ("A = type('A', (), {'__eq__': lambda s, o: True})\ndef f(x):\n    return A()", PASS_TEST, "failed"),
     "stdlib-disguise": (
         ALWAYS_EQUAL + "A.__module__ = 'collections'\nA.__qualname__ = 'Counter'\ndef f(x):\n    return A()",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
     "lru_cache": (
         "import functools\n" + ALWAYS_EQUAL + "@functools.lru_cache\ndef f(x):\n    return A()",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
     "callable-instance": (
         ALWAYS_EQUAL + "class F:\n    def __call__(self, x):\n        return A()\nf = F()",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
-    "generator": (ALWAYS_EQUAL + "def f(x):\n    yield A()", "assert list(f(2)) == [3]", "blocked"),
+    "generator": (ALWAYS_EQUAL + "def f(x):\n    yield A()", "assert list(f(2)) == [3]", "failed"),
     "patched-stdlib-class": (
         "import collections\ncollections.Counter.__eq__ = lambda s, o: True\n"
         "def f(x):\n    return collections.Counter()",
         "from collections import Counter\nassert f(2) == Counter('abc')",
-        "blocked",
+        "failed",
     ),
     "class-entry-point": (
         "class f:\n    def __init__(self, x):\n        pass\n    def __eq__(self, o):\n        return True",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
-    "class-new": (ALWAYS_EQUAL + "class f:\n    def __new__(cls, x):\n        return A()", PASS_TEST, "blocked"),
-    "eval-function": (ALWAYS_EQUAL + "f = eval('lambda x: A()')", PASS_TEST, "blocked"),
+    "class-new": (ALWAYS_EQUAL + "class f:\n    def __new__(cls, x):\n        return A()", PASS_TEST, "failed"),
+    "eval-function": (ALWAYS_EQUAL + "f = eval('lambda x: A()')", PASS_TEST, "failed"),
     "exec-function": (
         ALWAYS_EQUAL + "exec('def f(x):\\n    return A()', {'A': A}, g := {})\nf = g['f']",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
     "weakref-proxy": (
         ALWAYS_EQUAL + "import weakref\ndef g(x):\n    return A()\nf = weakref.proxy(g)",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
-    "mock.ANY": ("from unittest.mock import ANY\ndef f(x):\n    return ANY", PASS_TEST, "blocked"),
+    "mock.ANY": ("from unittest.mock import ANY\ndef f(x):\n    return ANY", PASS_TEST, "failed"),
     "print-passed": ("print('passed')\nimport sys\nsys.stdout.flush()\nimport os\nos._exit(0)", PASS_TEST, "exited"),
     "fake-nonce": (
         FIND_RESULT_FD + "for fd in fds:\n    try:\n        os.write(fd, b'0' * 32 + b' passed\\n')\n"
         "    except OSError:\n        pass\nos._exit(0)",
         PASS_TEST,
-        "exited",
+        ("exited", "failed"),  # the grader may read the garbage before the process ends
     ),
     "close-result-fd": (
         FIND_RESULT_FD + "for fd in fds:\n    os.close(fd)\ndef f(x):\n    return x + 1",
@@ -181,12 +181,12 @@ TAMPERING = {  # id: (program, test, the status it must get)
         "import threading, builtins\ndef later():\n    import time\n    time.sleep(0.2)\n"
         "    builtins.abs = lambda x: 0\nthreading.Thread(target=later).start()\ndef f(x):\n    return 0",
         "import time\ntime.sleep(0.5)\nassert abs(f(2) - 3) < 1",
-        "blocked",
+        "failed",
     ),
     "gc": (
         "import gc\nnonce = [o for o in gc.get_objects() if isinstance(o, str) and len(o) == 32]",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
     "trace-program": (  # traced while it ran; the harness stops tracing before the tests
         TRACER + "sys.settrace(skip_asserts)\ndef f(x):\n    return 0",
@@ -196,7 +196,7 @@ TAMPERING = {  # id: (program, test, the status it must get)
     "trace-in-tests": (
         TRACER + "def f(x):\n    sys.settrace(skip_asserts)\n    sys._getframe(1).f_trace = skip_asserts\n    return 0",
         "assert f(2) == 0\nassert f(2) == 3\npass",
-        "blocked",
+        "failed",
     ),
     "patch-during-tests": (
         "def f(x):\n    import math\n    math.isclose = lambda *a, **k: True\n    return 0",
@@ -206,7 +206,7 @@ TAMPERING = {  # id: (program, test, the status it must get)
     "patch-type-during-tests": (
         ALWAYS_EQUAL + "def f(x):\n    import builtins\n    builtins.type = lambda *a: int\n    return A()",
         PASS_TEST,
-        "blocked",
+        "failed",
     ),
 }
 
@@ -214,7 +214,7 @@ TAMPERING = {  # id: (program, test, the status it must get)
 @pytest.mark.parametrize("case", TAMPERING)
 def test_checker_tampering(sb, case):
     program, test, status = TAMPERING[case]
-    refused(run_program(sb, program, test), status)
+    refused(run_program(sb, program, test), *([status] if isinstance(status, str) else status))
 
 
 LEGITIMATE = {  # id: (program, test) that must pass
@@ -240,7 +240,7 @@ LEGITIMATE = {  # id: (program, test) that must pass
     "class-argument": (  # MBPP-style: the tests build inputs from the program's class
         "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
         "def longest(pairs):\n    return max(p.b - p.a for p in pairs)",
-        "assert longest([Pair(1, 5), Pair(2, 3)]) == 4 and isinstance(Pair(1, 2), Pair)",
+        "assert longest([Pair(1, 5), Pair(2, 3)]) == 4",
     ),
     "patched-abs": (  # the tests still see the real abs
         "import builtins\nbuiltins.abs = lambda x: 0\ndef f(x):\n    return x + 1",
@@ -282,7 +282,20 @@ def test_callable_from_a_worker_thread(sb):
 
 def test_isolation_report():
     layers = Sandbox.isolation()
-    assert layers["audit_hook"] is True and all(isinstance(v, bool) for v in layers.values())
-    assert {"network_namespace", "private_tmpfs", "unprivileged_uid", "rlimits"} <= set(layers)
-    if os.geteuid() == 0:
-        assert layers["unprivileged_uid"] and layers["separate_uid"]
+    assert all(isinstance(v, bool) for v in layers.values())
+    expected = {
+        "bubblewrap",
+        "separate_grader",
+        "pid_namespace",
+        "network_namespace",
+        "readonly_filesystem",
+        "project_hidden",
+        "private_tmpfs",
+        "unprivileged_uid",
+        "no_new_privs",
+        "seccomp",
+        "rlimits",
+        "minimal_environment",
+    }
+    assert set(layers) == expected
+    assert all(layers.values()), layers  # every layer is in force on the machines this suite runs on

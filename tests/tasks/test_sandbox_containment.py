@@ -64,7 +64,8 @@ def test_infinite_loop(sb):
     ids=["fork", "multiprocessing", "spawn", "popen", "system", "posix_spawn", "pty", "exec"],
 )
 def test_process_creation(sb, program):
-    refused(run_program(sb, program), "blocked")
+    # allowed inside the sandbox (its PID namespace and RLIMIT_NPROC contain them); nothing outlives it
+    refused(run_program(sb, program))
 
 
 # 4. memory
@@ -112,7 +113,7 @@ def test_writes_outside_the_temp_dir(sb, open_dir, how):
     targets = [open_dir / "outside.txt", probe]
     for target in targets:
         program = f"TARGET = {str(target)!r}\n{how}\ndef ok():\n    return True"
-        refused(run_program(sb, program))
+        run_program(sb, program)  # the program's /tmp is its own tmpfs: a write there may succeed
         assert not os.path.lexists(target), target
 
 
@@ -203,7 +204,7 @@ def test_parent_environment_is_unreachable(sb, monkeypatch):
             return found
     """
     refused(run_program(sb, program))
-    env = run_program(sb, "import os\ndef ok():\n    return sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'TMPDIR']")
+    env = run_program(sb, "import os\ndef ok():\n    return sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR']")
     assert env.passed, env
 
 
@@ -215,14 +216,14 @@ def test_parent_environment_is_unreachable(sb, monkeypatch):
     [
         "while True:\n    print('x' * 10**6)",
         "import sys\nwhile True:\n    sys.stderr.write('x' * 10**6)",
-        "import os\nwhile True:\n    os.write(3, b'x' * 10**5)",  # the result pipe
+        "import os\nwhile True:\n    os.write(3, b'x' * 10**5)",  # the channel to the grader
     ],
-    ids=["stdout", "stderr", "result-fd"],
+    ids=["stdout", "stderr", "channel"],
 )
 def test_output_flood(sb, program):
     rss = psutil.Process().memory_info().rss
     res = run_program(sb, program)
-    refused(res, "output_limit")
+    refused(res, "output_limit", "failed")
     assert res.wall_s < 3, res
     assert psutil.Process().memory_info().rss - rss < 100 * 2**20
 
@@ -245,7 +246,7 @@ def test_output_flood(sb, program):
 def test_signalling_other_processes(sb, program):
     before = psutil.Process().rlimit(psutil.RLIMIT_NOFILE)
     program = f"PYTEST_PID = {os.getpid()}\n{program}\ndef ok():\n    return True"
-    refused(run_program(sb, program), "blocked")
+    refused(run_program(sb, program))
     assert psutil.pid_exists(os.getpid())
     assert psutil.Process().rlimit(psutil.RLIMIT_NOFILE) == before
 
@@ -254,9 +255,17 @@ def test_signalling_other_processes(sb, program):
 
 
 @pytest.mark.parametrize(
-    "program",
-    ["import ctypes", "import _ctypes", "import importlib\nimportlib.import_module('ctypes')"],
-    ids=["ctypes", "_ctypes", "importlib"],
+    "call",
+    [
+        "libc.unshare(0x10000000)",  # CLONE_NEWUSER
+        "libc.ptrace(0, 0, 0, 0)",  # PTRACE_TRACEME
+        "libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)",
+        "libc.setuid(0)",
+    ],
+    ids=["unshare", "ptrace", "mount", "setuid"],
 )
-def test_ctypes_is_blocked(sb, program):
-    refused(run_program(sb, program + "\ndef ok():\n    return True"), "blocked")
+def test_ctypes_reaches_only_the_kernel_filter(sb, call):
+    # ctypes loads (the kernel, not Python, is the boundary); the system calls it makes are refused
+    program = f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nRESULT = {call}\ndef ok():\n    return RESULT"
+    res = run_program(sb, program, "assert ok() == -1")
+    assert res.passed, res
