@@ -49,6 +49,20 @@ if [ "$(cat "$_cb_stamp" 2>/dev/null)" != "$_cb_want" ]; then
   esac
   echo "$_cb_want" > "$_cb_stamp"
 fi
+# The code sandbox runs programs under bubblewrap (tasks/sandbox_bwrap.py); install it where we can.
+if ! command -v bwrap >/dev/null 2>&1 && [ -z "${CREDITBENCH_BWRAP:-}" ]; then
+  _cb_sudo="none"
+  if [ "$(id -u)" = 0 ]; then _cb_sudo=""; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then _cb_sudo="sudo -n"; fi
+  if [ "$_cb_sudo" != "none" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[creditbench] installing bubblewrap (the code sandbox)"
+    { $_cb_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap \
+      || { $_cb_sudo apt-get update -qq && $_cb_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }; } >/dev/null 2>&1 || true
+  elif [ "$_cb_sudo" != "none" ] && command -v dnf >/dev/null 2>&1; then
+    echo "[creditbench] installing bubblewrap (the code sandbox)"
+    $_cb_sudo dnf install -y -q bubblewrap >/dev/null 2>&1 || true
+  fi
+  command -v bwrap >/dev/null 2>&1 || echo "[creditbench] bubblewrap is not installed and could not be: code tasks (humaneval, mbpp) will refuse to run; install the 'bubblewrap' package" >&2
+fi
 export PATH="$_cb_venv/bin:$PATH"
 export VIRTUAL_ENV="$_cb_venv"
 eval "$_cb_saved_opts"

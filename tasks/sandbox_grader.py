@@ -35,6 +35,10 @@ class ProgramEnded(BaseException):
     the two below, so that a test's ``except Exception`` cannot swallow it."""
 
 
+class ProgramExited(BaseException):
+    """A function of the program raised SystemExit."""
+
+
 class NotData(BaseException):
     """The program's process sent a malformed reply."""
 
@@ -79,6 +83,8 @@ def _proxy(fd: int, name: str):
             return reply[1]
         if type(reply) is list and len(reply) == 3 and reply[0] == "raise":
             raise _exception(reply[1], reply[2])
+        if type(reply) is list and len(reply) == 2 and reply[0] == "exit":
+            raise ProgramExited(f"the program exited in {name}(): {reply[1]}")
         raise NotData(f"malformed reply to a call of {name}()")
 
     call.__name__ = call.__qualname__ = name
@@ -133,6 +139,8 @@ def grade(test: str, entry_point: str, fd: int) -> tuple[str, str]:
         exec(code, namespace)  # noqa: S102 - the task's own test code
     except ProgramEnded as exc:
         return "ended", str(exc)
+    except ProgramExited as exc:
+        return "exited", str(exc)
     except NotData as exc:
         return "failed", str(exc)
     except BaseException as exc:  # noqa: BLE001 - any failing test fails the program

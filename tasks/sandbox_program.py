@@ -9,7 +9,8 @@ Protocol (frames of :mod:`sandbox_wire`), the grader speaking first:
 ``["names", [name, ...]]`` -> ``["ready", [[name, kind, payload], ...]]`` (kind ``call``,
 ``module`` with the module's name, or ``data`` with the value), or ``["load_error", kind, text]``
 when the program itself failed (kind ``exit`` for SystemExit, else ``error``); then any number
-of ``["call", name, args, kwargs]`` -> ``["ok", value]`` or ``["raise", type_name, message]``.
+of ``["call", name, args, kwargs]`` -> ``["ok", value]``, ``["raise", type_name, message]`` or
+``["exit", text]`` (the function raised SystemExit).
 """
 
 import builtins
@@ -35,6 +36,13 @@ def _describe_names(namespace: dict, wanted) -> list:
         else:
             found.append([name, "data", value])
     return found
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)[:300]
+    except BaseException:  # noqa: BLE001 - the program's exception may not print
+        return ""
 
 
 def _reply(fd: int, message: list) -> None:
@@ -75,7 +83,9 @@ def main() -> None:
         try:
             result = namespace[name](*args, **kwargs)
             message = ["ok", result]
+        except SystemExit as exc:
+            message = ["exit", child.describe(exc)]
         except BaseException as exc:  # noqa: BLE001 - exceptions go back to the tests
-            message = ["raise", type(exc).__name__, child.describe(exc)]
+            message = ["raise", type(exc).__name__, _message(exc)]
         _reply(fd, message)
 

@@ -113,3 +113,20 @@ def test_code_runs_only_after_the_opt_in(monkeypatch):
 def test_training_needs_a_train_split():
     with pytest.raises(CreditBenchError, match="task 'humaneval' has no train split"):
         resolve(RunConfig(task=TaskSpec(name="humaneval"), allow_code_execution=True))
+
+
+@needs_data
+def test_prompt_helpers_run_with_the_tests_and_entry_points_may_shadow_builtins():
+    he = task("humaneval")
+    rows = {r["id"]: r for r in he.load("eval")}
+    row = rows["HumanEval/38"]
+    assert "def encode_cyclic" in row["test"] and "def decode_cyclic" not in row["test"]
+    # redefining the prompt's helper cannot make a wrong decoder pass: the tests use the dataset's
+    cheat = "```python\ndef encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n```"
+    assert not he.verify([cheat], [row])[0].correct
+    assert he.verify([row["answer"]], [row])[0].correct
+    mbpp = task("mbpp")
+    row = next(r for r in mbpp.load("eval") if r["id"] == "mbpp/126")
+    assert row["entry_point"] == "sum"  # the tests call the program's sum, not the builtin
+    assert mbpp.verify([row["answer"]], [row])[0].correct
+    assert not mbpp.verify(["def sum(a, b):\n    return 0\n"], [row])[0].correct

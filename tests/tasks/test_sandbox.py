@@ -299,3 +299,35 @@ def test_isolation_report():
     }
     assert set(layers) == expected
     assert all(layers.values()), layers  # every layer is in force on the machines this suite runs on
+
+
+# 15. the machine: bubblewrap, the grader's server
+
+
+def test_without_bubblewrap_the_sandbox_refuses_in_one_line(monkeypatch):
+    from tasks import sandbox_bwrap
+
+    for path, message in (("/nonexistent/bwrap", "not installed"), ("/bin/false", "cannot make the sandbox")):
+        monkeypatch.setenv("CREDITBENCH_BWRAP", path)
+        sandbox_bwrap.bwrap_path.cache_clear()
+        sandbox_bwrap.check_works.cache_clear()
+        try:
+            with pytest.raises(CreditBenchError, match=message) as info:
+                Sandbox(LIMITS)
+            assert "\n" not in str(info.value) and "bubblewrap" in str(info.value)
+        finally:
+            monkeypatch.delenv("CREDITBENCH_BWRAP")
+            sandbox_bwrap.bwrap_path.cache_clear()
+            sandbox_bwrap.check_works.cache_clear()
+    assert Sandbox(LIMITS).run("def f(x):\n    return x + 1", PASS_TEST).passed
+
+
+def test_the_grader_server_is_restarted_after_it_dies():
+    sb = Sandbox(LIMITS)
+    assert sb.run("def f(x):\n    return x + 1", PASS_TEST).passed
+    os.killpg(sb._grader.proc.pid, 9)
+    sb._grader.proc.wait(5)
+    assert sb.run("def f(x):\n    return x + 1", PASS_TEST).passed
+    assert not sb.run("def f(x):\n    return x", PASS_TEST).passed
+    sb.close()
+    assert sb._grader.proc is None
