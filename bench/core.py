@@ -164,7 +164,8 @@ def code_execution_refused(task: str) -> str:
     return (
         f"task {task!r} runs model-written code; it only does so when you opt in with --allow-code-execution "
         f"(creditbench eval), allow_code_execution: true (run config) or {CODE_EXECUTION_ENV}=1. "
-        f"Programs run under bubblewrap and are graded outside their own process (tasks/sandbox.py states the threat model)"
+        "Programs run under bubblewrap and are graded outside their own process "
+        "(tasks/sandbox.py states the threat model)"
     )
 
 

@@ -80,7 +80,13 @@ class SandboxLimits:
             isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and 0 < t <= 3600,
             f"sandbox timeout_s must be a number of seconds in (0, 3600], got {t!r}",
         )
-        for name, low in (("cpu_s", 1), ("memory_mb", 64), ("max_processes", 1), ("max_file_mb", 1), ("max_output_kb", 1)):
+        for name, low in (
+            ("cpu_s", 1),
+            ("memory_mb", 64),
+            ("max_processes", 1),
+            ("max_file_mb", 1),
+            ("max_output_kb", 1),
+        ):
             value = getattr(self, name)
             check(
                 isinstance(value, int) and not isinstance(value, bool) and value >= low,
@@ -158,7 +164,9 @@ class Sandbox:
             info_r, info_w = os.pipe()
             try:
                 fds = (ends[1].fileno(),)
-                cmd = sandbox_bwrap.command("sandbox_program.py", limits, DISK_FILES * lim.max_file_mb, seccomp_fd, fds, info_fd=info_w)
+                cmd = sandbox_bwrap.command(
+                    "sandbox_program.py", limits, DISK_FILES * lim.max_file_mb, seccomp_fd, fds, info_fd=info_w
+                )
                 program_proc = _popen(cmd, (*fds, seccomp_fd, info_w))
             finally:
                 os.close(seccomp_fd)
@@ -184,7 +192,9 @@ class Sandbox:
         writes = {program_proc.stdin: program.encode("utf-8", "surrogatepass")}
         writes[job_file] = f"{entry_point}\n{test}".encode("utf-8", "surrogatepass")
         try:
-            outcome, verdict = _communicate(program_proc, writes, verdict_r, start + lim.timeout_s, lim.max_output_kb * 1024)
+            outcome, verdict = _communicate(
+                program_proc, writes, verdict_r, start + lim.timeout_s, lim.max_output_kb * 1024
+            )
         finally:
             os.close(verdict_r)
             job_file.close()

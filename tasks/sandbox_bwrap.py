@@ -54,7 +54,9 @@ def bwrap_path() -> str:
     """The bubblewrap binary: $CREDITBENCH_BWRAP, else ``bwrap`` on PATH, else a one-line error."""
     path = os.environ.get("CREDITBENCH_BWRAP") or shutil.which("bwrap") or "/usr/bin/bwrap"
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise CreditBenchError(f"code tasks run programs under bubblewrap, which is not installed ({path!r}); {INSTALL_HINT}")
+        raise CreditBenchError(
+            f"code tasks run programs under bubblewrap, which is not installed ({path!r}); {INSTALL_HINT}"
+        )
     return path
 
 

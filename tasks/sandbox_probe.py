@@ -57,7 +57,14 @@ def layers(disk_mb: int) -> dict[str, bool]:
     os.close(w)
     try:
         cmd = sandbox_bwrap.command("sandbox_child.py", (CPU_S, 256, 8, 1), disk_mb, r, ())
-        cmd = cmd[: cmd.index("--") + 1] + [sandbox_bwrap.python_executable(), "-I", "-S", "-c", "import sys; sys.path.insert(0, '/creditbench')\n" + code, *map(str, (CPU_S, 256, 8, 1))]
+        cmd = cmd[: cmd.index("--") + 1] + [
+            sandbox_bwrap.python_executable(),
+            "-I",
+            "-S",
+            "-c",
+            "import sys; sys.path.insert(0, '/creditbench')\n" + code,
+            *map(str, (CPU_S, 256, 8, 1)),
+        ]
         done = subprocess.run(cmd, capture_output=True, timeout=60, check=False, pass_fds=(r,), env={})
     finally:
         os.close(r)

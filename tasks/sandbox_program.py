@@ -88,4 +88,3 @@ def main() -> None:
         except BaseException as exc:  # noqa: BLE001 - exceptions go back to the tests
             message = ["raise", type(exc).__name__, _message(exc)]
         _reply(fd, message)
-

@@ -204,7 +204,9 @@ def test_parent_environment_is_unreachable(sb, monkeypatch):
             return found
     """
     refused(run_program(sb, program))
-    env = run_program(sb, "import os\ndef ok():\n    return sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR']")
+    env = run_program(
+        sb, "import os\ndef ok():\n    return sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR']"
+    )
     assert env.passed, env
 
 
