@@ -1,11 +1,10 @@
 """The trusted side of :mod:`tasks.sandbox`: run the tests against a proxy of the program.
 
-Started inside its own bubblewrap sandbox as ``python -I -S -B sandbox_grader.py CPU_S MEMORY_MB
-NPROC FSIZE_MB`` with the job on stdin (``ENTRY_POINT_NAME\\n`` then the test code), the channel
-to the program's process on fd 3 and the verdict pipe to the parent on fd 4. No program code ever
-runs in this process: the names the tests take from the program are proxies that send their
-arguments over the channel, and what comes back is decoded by :func:`sandbox_wire.decode` into
-this process's own plain values. A builtin name is never taken from the program, unless it is the
+:func:`serve` runs once per sandbox in its own bubblewrap sandbox, as uid 65533; it forks a child per
+job (see there), whose fd 3 is the channel to that job's program and fd 4 the verdict pipe to the
+parent. No program code ever runs in these processes: the names the tests take from the program
+are proxies that send their arguments over the channel, and what comes back is decoded by
+:func:`sandbox_wire.decode` into this process's own plain values. A builtin name is never taken from the program, unless it is the
 entry point the task names (MBPP has a task whose function is called ``sum``). A module name
 is bound to this process's own import of that standard-library module.
 
