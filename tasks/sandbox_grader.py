@@ -4,9 +4,10 @@
 job (see there), whose fd 3 is the channel to that job's program and fd 4 the verdict pipe to the
 parent. No program code ever runs in these processes: the names the tests take from the program
 are proxies that send their arguments over the channel, and what comes back is decoded by
-:func:`sandbox_wire.decode` into this process's own plain values. A builtin name is never taken from the program, unless it is the
-entry point the task names (MBPP has a task whose function is called ``sum``). A module name
-is bound to this process's own import of that standard-library module.
+:func:`sandbox_wire.decode` into this process's own plain values. A builtin name is never taken
+from the program, unless it is the entry point the task names (MBPP has a task whose function is
+called ``sum``). A module name is bound to this process's own import of that standard-library
+module.
 
 Verdict line on fd 4: ``passed``, or ``failed TEXT``, ``exited TEXT`` (the program ended itself
 before the tests finished), ``ended TEXT`` (its process died: the parent says why) or ``error
@@ -61,7 +62,13 @@ def _exception(type_name, message):
     ProgramError; the program's own exception objects never cross."""
     cls = getattr(builtins, type_name, None) if type(type_name) is str else None
     text = message if type(message) is str else ""
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    # StopIteration would end a C iterator in the tests (map, filter, zip) as if it were done: as in
+    # PEP 479 it becomes an error here, like any other non-builtin exception.
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, Exception)
+        and not issubclass(cls, (StopIteration, StopAsyncIteration))
+    ):
         try:
             return cls(text)
         except Exception:

@@ -203,6 +203,11 @@ TAMPERING = {  # id: (program, test, the status it must get)
         "import math\nassert f(1) == 0\nassert math.isclose(f(2), 3)",
         "failed",
     ),
+    "stop-iteration": (  # ends a C iterator in the tests early unless the grader converts it
+        "def f(x):\n    raise StopIteration",
+        "assert all(map(f, [1, 2]))\nassert sum(map(f, [3])) == 0",
+        "failed",
+    ),
     "patch-type-during-tests": (
         ALWAYS_EQUAL + "def f(x):\n    import builtins\n    builtins.type = lambda *a: int\n    return A()",
         PASS_TEST,
