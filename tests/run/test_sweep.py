@@ -159,6 +159,19 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
     again = subprocess.run(sweep_cmd(whole, env), capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert again.returncode == 0 and "2 finished, 0 to run" in again.stdout, again.stderr[-2000:]
 
+    # the same sweep against another store is refused before either store or the results are touched
+    results = Path(env["RESULTS"]) / "whole"
+    files = {p: p.read_bytes() for p in results.rglob("*") if p.is_file() and p.name != ".lock"}
+    client, runs_before = _sweep_runs(env["URI"], "whole")
+    other = Path(env["ROOT"]) / "other.db"
+    cmd = [*sweep_cmd(whole, env)[:-1], f"sqlite:///{other}"]
+    refused = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert refused.returncode != 0 and "rerun with --uri" in refused.stderr, refused.stderr[-2000:]
+    assert len(refused.stderr.strip().splitlines()) == 1 and not other.exists()
+    assert {p: p.read_bytes() for p in results.rglob("*") if p.is_file() and p.name != ".lock"} == files
+    _, runs_after = _sweep_runs(env["URI"], "whole")
+    assert [(r.info.run_id, r.info.status) for r in runs_after] == [(r.info.run_id, r.info.status) for r in runs_before]
+
     spec = write_spec(tmp_path, name="cut", seeds=[0])
     runs_dir = Path(env["RESULTS"]) / "cut" / "runs"
     # open the store once now (imports, schema check: seconds): in a sweep worker the second run
