@@ -5,8 +5,9 @@ creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of 
 creditbench sweep SPEC.yaml [--jobs N] [--dry-run]         methods x models x seeds, then the report
 creditbench summarize --sweep NAME                         (re)write results/<NAME>/ report, tables, plots
 creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
-creditbench methods | tasks                                list the registries
+creditbench methods | tasks [NAME]                         list the registries, or one entry's options
 creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
+creditbench --version
 """
 
 from __future__ import annotations
@@ -52,10 +53,17 @@ def _fail(msg: str) -> int:
     return 2
 
 
-def cmd_list(kind: str) -> int:
+def cmd_list(kind: str, argv: list[str] = ()) -> int:
     from bench.registry import METHODS, TASKS
 
     reg = METHODS if kind == "methods" else TASKS
+    if argv:  # one entry's options, with their defaults and documentation
+        from bench.report.fields import describe
+
+        if len(argv) > 1 or argv[0].startswith("-"):
+            return _fail(f"usage: creditbench {kind} [NAME]; valid names: {', '.join(reg.names())}")
+        print(describe(kind, argv[0], reg.get(argv[0])))
+        return 0
     width = max(map(len, reg.names()))
     for name in reg.names():
         obj = reg.get(name)
@@ -201,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
+    if argv[0] in ("-V", "--version"):
+        from importlib.metadata import version
+
+        print(f"creditbench {version('creditbench')}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     quiet_libraries()
     try:
@@ -213,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_eval(rest)
         if cmd in ("methods", "tasks"):
-            return cmd_list(cmd)
+            return cmd_list(cmd, rest)
         if cmd == "ui":
             return cmd_ui(rest)
         if cmd == "sweep":

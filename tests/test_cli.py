@@ -27,6 +27,28 @@ def test_methods_and_tasks_are_listed(capsys):
     assert code == 0 and "arithmetic" in out and "(v1)" in out
 
 
+def test_one_entry_lists_its_options_with_defaults_and_docs(capsys):
+    code, out, _ = run_cli(capsys, "methods", "grpo_lambda")
+    assert code == 0 and out.startswith("method grpo_lambda: ") and "2510.00194" in out
+    assert "  lam: float = 0.99" in out and "lambda of the trace" in out  # its own field
+    assert "  clip_eps: float = 0.2" in out and "PPO clip range" in out  # and GRPO's, inherited
+    code, out, _ = run_cli(capsys, "tasks", "chain")
+    assert code == 0 and "  steps: int = 6" in out and "task.options" in out
+    code, _, err = run_cli(capsys, "methods", "grpoo")
+    assert code != 0 and "Did you mean 'grpo'" in error_line(err)
+
+
+def test_version_and_field_docs_in_train_help(capsys):
+    from importlib.metadata import version
+
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.strip() == f"creditbench {version('creditbench')}"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "Peak learning rate (AdamW)." in " ".join(out.split())  # a field's docstring
+
+
 @pytest.mark.parametrize(
     "argv, expected",
     [

@@ -16,9 +16,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def train_parser():
-    from jsonargparse import ArgumentParser
+    from jsonargparse import ArgumentParser, set_parsing_settings
 
     from bench.config import RunConfig
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # every field's docstring in --help
 
     p = ArgumentParser(
         prog="creditbench train",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ from bench.errors import CreditBenchError
 from bench.run import tracking
 from bench.run.result import RunResult
 from bench.run.spec import MethodEntry, ModelEntry, SweepSpec, read_spec
+from bench.run.stores import claim_store
 from bench.run.worker import Isolated, WorkerPool
 
 GROUPS = frozenset(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.default_factory))
@@ -146,11 +148,19 @@ def _run_dict(
     return d
 
 
+@functools.cache
+def _run_parser():
+    """The typed parser of ``creditbench train``, built once: a parse does not change it."""
+    from bench.run.args import train_parser
+
+    return train_parser()
+
+
 def build_run_config(d: dict[str, Any], where: str) -> RunConfig:
     """A RunConfig from a nested dict through the same typed parser as ``creditbench train``."""
-    from bench.run.args import config_error, train_parser
+    from bench.run.args import config_error
 
-    p = train_parser()
+    p = _run_parser()
     try:
         ns = p.parse_object(d)
         ns.pop("no_progress", None)
@@ -228,7 +238,7 @@ def run_sweep(
         raise CreditBenchError(
             f"sweep {sweep.name!r} is already running (results/{sweep.name}/.lock is held)"
         ) from None
-    _claim_store(out, uri)  # before anything in results/<sweep>/ or either store is touched
+    claim_store(out, uri)  # before anything in results/<sweep>/ or either store is touched
     t0 = time.perf_counter()
     client = tracking.client(uri)
     parent = _parent_run(client, sweep)
@@ -336,38 +346,6 @@ def log_report(uri: str, experiment: str, sweep: str, out: Path) -> str | None:
 
 def _budget_text(budget: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in budget.items())
-
-
-def store_key(uri: str) -> str:
-    """One spelling per tracking store: a SQLite file's or a file store's path made absolute (against
-    the working directory, as MLflow reads it); other URIs as given, without a trailing slash."""
-    for prefix in ("sqlite:///", "file://", "file:"):
-        if uri.startswith(prefix):
-            return prefix + str(Path(uri[len(prefix) :]).expanduser().resolve())
-    if "://" not in uri:  # a bare path: MLflow's file store
-        return "file:" + str(Path(uri).expanduser().resolve())
-    return uri.rstrip("/")
-
-
-def _claim_store(out: Path, uri: str) -> None:
-    """results/<sweep>/ belongs to the tracking store its first run used (recorded in store.json): a
-    run against another store is refused with one line, so neither store's runs nor this directory's
-    results are touched (its runs would otherwise count as unfinished, be redone and replace these)."""
-    path = out / "store.json"
-    key = store_key(uri)
-    try:
-        recorded = json.loads(path.read_text())
-        recorded_uri, recorded_key = recorded["uri"], recorded["store"]
-    except FileNotFoundError:
-        path.write_text(json.dumps({"uri": uri, "store": key}, indent=1) + "\n")
-        return
-    except (ValueError, KeyError, TypeError):
-        raise CreditBenchError(f"{path} is not a store record (remove it to claim the directory for {uri!r})") from None
-    if recorded_key != key:
-        raise CreditBenchError(
-            f"{out} holds sweep {out.name!r} tracked in the MLflow store {recorded_uri!r} ({recorded_key}), "
-            f"not {uri!r}: rerun with --uri {recorded_uri!r}, or give this store its own --results-dir"
-        )
 
 
 def _parent_run(client, sweep: Sweep) -> str:
