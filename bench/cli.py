@@ -77,6 +77,11 @@ def cmd_ui(argv: list[str]) -> int:
     ap.add_argument("--uri", default=default_uri())
     ap.add_argument("--port", type=int, default=5000)
     a = ap.parse_args(argv)
+    from bench.run.tracking import check_tracking_uri
+
+    check_tracking_uri(a.uri)
+    if a.uri.startswith("sqlite:///") and not Path(a.uri[len("sqlite:///") :]).expanduser().is_file():
+        return _fail(f"no MLflow store at {a.uri} (run a sweep or `creditbench train` first, or give --uri)")
     cmd = [
         sys.executable,
         "-m",

@@ -110,3 +110,11 @@ def test_every_shipped_config_parses_and_resolves():
         ns.pop("config", None)
         cfg = p.instantiate(ns)
         resolve(RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__}))
+
+
+def test_table_of_an_unknown_sweep_and_ui_of_a_missing_store_refuse(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "table", "--paper", "selective_traces", "--sweep", "embeded")
+    assert code != 0 and "Did you mean 'embedded'" in error_line(err) and "Sweeps with a report:" in err
+    store = tmp_path / "nothing.db"
+    code, _, err = run_cli(capsys, "ui", "--uri", f"sqlite:///{store}")
+    assert code != 0 and "no MLflow store at" in error_line(err) and not store.exists()

@@ -285,6 +285,15 @@ def table(
 
     paper = load_paper(paper_name, papers_dir)
     names = list(sweeps) if sweeps else [sweep_name(paper)]
+    if sweeps and not any((Path(results_dir) / n / "report.json").is_file() for n in sweeps):
+        # sweeps named on the command line of which none has a report: a typo, or the wrong folder
+        from bench.errors import suggestion
+
+        reported = sorted(p.parent.name for p in Path(results_dir).glob("*/report.json"))
+        raise CreditBenchError(
+            f"no report.json for sweep {', '.join(map(repr, sweeps))} in {results_dir}/."
+            f"{suggestion(sweeps[0], reported)} Sweeps with a report: {', '.join(reported) or '(none)'}."
+        )
     analogue = analogue_section(paper, results_dir)
     return render(paper, [(s, load_report(results_dir, s)) for s in names]) + (f"\n\n{analogue}" if analogue else "")
 
