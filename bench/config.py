@@ -219,6 +219,10 @@ class CheckpointConfig:
     """Resume from this run's checkpoint when one exists (False: start over, discarding it)."""
     keep: bool = False
     """Keep the last checkpoint after the run finishes."""
+    policy: bool = True
+    """Save the final policy (the adapter under LoRA, full weights otherwise) with save_pretrained
+    into ``<dir>/<run name>-<config hash>/policy/`` and log it to the MLflow run as the artifact
+    ``policy/``; ``creditbench eval --model <that dir or the MLflow run id>`` evaluates it."""
 
     def __post_init__(self) -> None:
         check(self.every >= 0, f"checkpoint.every must be >= 0 (0 disables checkpoints), got {self.every}")

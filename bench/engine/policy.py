@@ -5,6 +5,8 @@ forward that turns (prompt, completion) tokens into per-token log-probs and entr
 
 from __future__ import annotations
 
+import json
+import shutil
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +81,9 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32"):
     Hugging Face Hub id). Padding is on the left, as batched generation needs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    adapter = Path(str(name_or_path)).expanduser() / "adapter_config.json"
+    if adapter.is_file():  # a trained LoRA policy: its base, the adapter merged in
+        return _load_adapter(adapter.parent, dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=getattr(torch, dtype))
@@ -91,6 +96,37 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32"):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def _load_adapter(directory: Path, dtype: str):
+    from peft import PeftModel
+
+    base = json.loads((directory / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise CreditBenchError(f"{directory}/adapter_config.json names no base model (base_model_name_or_path)")
+    model, tokenizer = load_policy(base, dtype)
+    return PeftModel.from_pretrained(model, str(directory)).merge_and_unload(), tokenizer
+
+
+def save_policy(model, tokenizer, out: Path) -> Path:
+    """The trained policy through ``save_pretrained`` (under LoRA the adapter alone, whose config
+    names its base by absolute path), written beside ``out`` and renamed into place, so a crash
+    never leaves half a policy there. :func:`load_policy` reads either kind back."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    adapter = tmp / "adapter_config.json"
+    if adapter.is_file():
+        config = json.loads(adapter.read_text())
+        base = config.get("base_model_name_or_path")
+        if base and Path(base).expanduser().is_dir():
+            config["base_model_name_or_path"] = str(Path(base).expanduser().resolve())
+            adapter.write_text(json.dumps(config, indent=2))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
 
 
 def add_lora(model, rank: int, alpha: float, dropout: float, targets: list[str]):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 
 from bench.core import build_config, check
 from bench.errors import CreditBenchError
+from bench.run.args import first_line
 from bench.run.tracking import default_uri
 
 
@@ -31,7 +33,12 @@ def parser() -> argparse.ArgumentParser:
     from bench.run.args import ArgumentParser
 
     p = ArgumentParser(prog="creditbench eval", description="Evaluate a checkpoint on a task (pass@k).")
-    p.add_argument("--model", required=True, help="a saved model directory or a Hugging Face Hub id")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a saved model directory, a Hugging Face Hub id, or the MLflow run id of a training run "
+        "(its saved policy)",
+    )
     p.add_argument("--task", required=True, help="a registered task (see `creditbench tasks`)")
     p.add_argument("--n", type=int, default=16, help="samples per problem (default 16)")
     p.add_argument("--k", default="1,4,16", help="comma-separated k for pass@k, each <= n (default 1,4,16)")
@@ -123,6 +130,8 @@ def main(argv: list[str]) -> int:
             f"--model {a.model!r} is a size, not a checkpoint: give a saved model directory "
             f"(e.g. a base checkpoint under .creditbench/cache) or a Hub id"
         )
+    if re.fullmatch(r"[0-9a-f]{32}", a.model) and not Path(a.model).exists():  # an MLflow run id
+        a.model = run_policy(a.model, a.uri)
     if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
         raise CreditBenchError(f"model directory {a.model!r} does not exist (give a saved model directory or a Hub id)")
     from bench.run.tracking import check_tracking_uri
@@ -137,6 +146,29 @@ def main(argv: list[str]) -> int:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=2))
     return 0
+
+
+def run_policy(run_id: str, uri: str) -> str:
+    """The policy a training run saved: its ``policy_dir`` where that still exists, else the run's
+    ``policy/`` artifact downloaded from the tracking store."""
+    from bench.run.tracking import check_tracking_uri, client
+
+    check_tracking_uri(uri)
+    try:
+        run = client(uri).get_run(run_id)
+    except Exception as e:  # mlflow: no such run in this store
+        raise CreditBenchError(f"--model {run_id}: no MLflow run with that id in {uri} ({first_line(e)})") from None
+    local = run.data.tags.get("policy_dir")
+    if local and Path(local).is_dir():
+        return local
+    import mlflow
+
+    try:
+        return mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="policy", tracking_uri=uri)
+    except Exception as e:
+        raise CreditBenchError(
+            f"--model {run_id}: the run saved no policy (train with checkpoint.policy: true) ({first_line(e)})"
+        ) from None
 
 
 def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]:

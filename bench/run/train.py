@@ -301,6 +301,14 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     )
     if cfg.tracking.sweep and trainer.is_global_zero:  # before the MLflow run is marked finished: a finished run has it
         result.write(Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json")
+    policy_dir = None
+    if cfg.checkpoint.policy and zero:
+        from bench.engine.checkpoint import run_dir
+        from bench.engine.policy import save_policy
+
+        policy_dir = save_policy(module.policy, tokenizer, run_dir(cfg, r.run_name) / "policy").resolve()
+        logger.experiment.log_artifacts(logger.run_id, str(policy_dir), "policy")
+        logger.experiment.set_tag(logger.run_id, "policy_dir", str(policy_dir))
     logger.end("success")
     if ckpt_dir is not None and zero and not cfg.checkpoint.keep:
         from bench.engine.checkpoint import discard
@@ -309,7 +317,10 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     clock.lap("finish")
     if zero:  # where the run's time went, one line of its log (bench/perf/fixed_cost.py reads it)
         print(clock.line(), flush=True)
-    return result.to_dict()
+    out = result.to_dict()
+    if policy_dir is not None:
+        out["policy_dir"] = str(policy_dir)
+    return out
 
 
 def summary_line(res: dict[str, Any]) -> str:
@@ -319,6 +330,7 @@ def summary_line(res: dict[str, Any]) -> str:
         f"{res['run_name']}: eval pass@1 {b['pass_at_1']:.3f} -> {f['pass_at_1']:.3f} "
         f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
         f"{res['samples']} samples, {res['tokens']} tokens, {res['wall_s']:.0f} s; MLflow run {res['mlflow_run_id']}"
+        + (f"; policy saved in {res['policy_dir']}" if res.get("policy_dir") else "")
     )
 
 

@@ -19,12 +19,14 @@ from bench.run.train import run
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, warm_cache):
     root = tmp_path_factory.mktemp("e2e")
     return {
         "uri": f"sqlite:///{root / 'mlflow.db'}",
         "db": root / "mlflow.db",
-        "cache": str(root / "cache"),
+        # the session's cache: test_saved_policy.py trains from the same warm-started base, which
+        # this module, running first, builds (and logs to its store)
+        "cache": warm_cache,
         "results": str(root / "results"),
     }
 
