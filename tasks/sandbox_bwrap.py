@@ -106,17 +106,36 @@ def compiled_scripts() -> Path:
     digest = hashlib.sha256(sys.version.encode())
     for name in SCRIPTS:
         digest.update((HERE / name).read_bytes())
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "creditbench"
-    target = cache / f"sandbox-{digest.hexdigest()[:16]}"
-    if target.is_dir():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
+    name = f"sandbox-{digest.hexdigest()[:16]}"
+    homes = [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "creditbench"]
+    homes.append(Path(tempfile.gettempdir()) / f"creditbench-{os.getuid()}")  # a read-only home
+    for cache in homes:
+        if (cache / name).is_dir() and _ours(cache):
+            return cache / name
+    for cache in homes:
+        try:
+            cache.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if _ours(cache):
+                return _compile_into(cache, name)
+        except OSError:
+            continue
+    raise CreditBenchError(f"no writable cache for the sandbox's scripts (tried {', '.join(map(str, homes))})")
+
+
+def _ours(directory: Path) -> bool:
+    """A cache directory only this user can write (the scripts in it run in every sandbox)."""
+    st = directory.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _compile_into(cache: Path, name: str) -> Path:
+    target = cache / name
     staging = Path(tempfile.mkdtemp(prefix=".sandbox-", dir=cache))
-    for name in SCRIPTS:
-        shutil.copyfile(HERE / name, staging / name)
+    for script in SCRIPTS:
+        shutil.copyfile(HERE / script, staging / script)
         py_compile.compile(
-            str(staging / name),
-            cfile=importlib.util.cache_from_source(str(staging / name)),
+            str(staging / script),
+            cfile=importlib.util.cache_from_source(str(staging / script)),
             doraise=True,
             invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
         )
