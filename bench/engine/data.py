@@ -47,6 +47,19 @@ def _rows(batch: list[dict]) -> list[dict]:
     return batch
 
 
+class ReplayedLoader(DataLoader):
+    """The train loader. Its position is the data module's state (a resumed run's batch sampler
+    starts where the checkpoint left off, see :class:`PromptBatches`), so it resumes exactly; the
+    empty ``state_dict`` says so to Lightning, which otherwise warns on every resume that the loader
+    is not resumable."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
 class PromptBatches:
     """The train prompts' batch order: pass after pass over the rows, each pass a seeded random
     permutation cut into batches of ``prompts_per_step`` (the last incomplete one dropped) -- the
@@ -133,7 +146,7 @@ class PromptDataModule(L.LightningDataModule):
             len(self.train_rows), self.prompts_per_step, self.seed, rank(), world, start=self.batches_consumed
         )
         # its own generator: creating an iterator draws a seed from it, never from the global RNG
-        return DataLoader(
+        return ReplayedLoader(
             self.train_rows, batch_sampler=batches, collate_fn=_rows, generator=torch.Generator().manual_seed(self.seed)
         )
 

@@ -157,6 +157,7 @@ def test_a_run_killed_mid_training_resumes_to_the_same_metrics(tmp_path, cache, 
 
     out = subprocess.run(train_cmd(tmp_path, cache), cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "not resumable" not in out.stdout + out.stderr  # the loader resumes: the data order is replayed
     ((status, metrics, tables),) = runs(tmp_path).values()  # the same MLflow run, now finished
     assert status == "FINISHED"
     assert comparable(metrics) == comparable(ref_metrics)  # no step missing, none twice, the same values
