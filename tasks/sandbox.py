@@ -160,7 +160,7 @@ class Sandbox:
         job_r, job_w = os.pipe()
         program_proc, init = None, None
         try:
-            seccomp_fd = _pipe_with(self._seccomp)
+            seccomp_fd = sandbox_bwrap.pipe_with(self._seccomp)
             info_r, info_w = os.pipe()
             try:
                 fds = (ends[1].fileno(),)
@@ -216,16 +216,6 @@ class Sandbox:
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 3] + "..."
-
-
-def _pipe_with(data: bytes) -> int:
-    """A pipe's read end holding ``data`` (the seccomp filter; a few hundred bytes)."""
-    r, w = os.pipe()
-    try:
-        os.write(w, data)
-    finally:
-        os.close(w)
-    return r
 
 
 def _popen(cmd: list[str], fds: tuple[int, ...]) -> subprocess.Popen:

@@ -220,3 +220,13 @@ def check_works() -> None:
             f"bubblewrap cannot make the sandbox on this machine ({reason}); the code sandbox does not run "
             "without it (unprivileged user namespaces may be disabled: see bubblewrap's documentation)"
         )
+
+
+def pipe_with(data: bytes) -> int:
+    """A pipe's read end holding ``data`` (the seccomp filter; a few hundred bytes)."""
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+    finally:
+        os.close(w)
+    return r

@@ -51,10 +51,7 @@ def layers(disk_mb: int) -> dict[str, bool]:
     """Each layer: True where the probe saw it in force. Raises CreditBenchError without bubblewrap."""
     sandbox_bwrap.check_works()
     code = f"PROJECT = {PROJECT!r}\nDISK_MB = {disk_mb}\nCPU_S = {CPU_S}\n" + PROBE
-    seccomp = sandbox_seccomp.program()
-    r, w = os.pipe()
-    os.write(w, seccomp)
-    os.close(w)
+    r = sandbox_bwrap.pipe_with(sandbox_seccomp.program())
     try:
         cmd = sandbox_bwrap.command("sandbox_child.py", (CPU_S, 256, 8, 1), disk_mb, r, ())
         cmd = cmd[: cmd.index("--") + 1] + [

@@ -84,9 +84,7 @@ class GraderServer:
     def _start(self) -> None:
         self._stop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        r, w = os.pipe()
-        os.write(w, self.seccomp)
-        os.close(w)
+        r = sandbox_bwrap.pipe_with(self.seccomp)
         cpu_unlimited = (0, *self.limits[1:])
         cmd = sandbox_bwrap.command("sandbox_grader.py", cpu_unlimited, self.disk_mb, r, (theirs.fileno(),), "serve")
         try:
