@@ -113,6 +113,12 @@ class RLConfig:
     max_skipped_updates: int = 5
     """Updates skipped because the loss or the gradients were NaN or inf (the weights and the
     optimizer state are left as they were) before the run stops with an error."""
+    micro_batch_tokens: int = 0
+    """Gradient accumulation by token budget: each minibatch goes through the forward and backward
+    in micro-batches of at most this many padded tokens (rows x (longest prompt + longest
+    completion), rows sorted by length), their gradients summed before the one optimizer step; the
+    scoring passes are split alike. 0: each minibatch in one forward. The update equals the
+    unsplit one to float precision, so it is not part of a run's identity (like threads)."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, f"rl.steps must be >= 1, got {self.steps}")
@@ -130,6 +136,13 @@ class RLConfig:
         check(self.budget_samples >= 0, f"rl.budget_samples must be >= 0, got {self.budget_samples}")
         check(self.budget_tokens >= 0, f"rl.budget_tokens must be >= 0, got {self.budget_tokens}")
         check(self.max_skipped_updates >= 0, f"rl.max_skipped_updates must be >= 0, got {self.max_skipped_updates}")
+        least = self.sampling.max_new_tokens + 1  # one prompt token and a full-length completion
+        check(
+            self.micro_batch_tokens == 0 or self.micro_batch_tokens >= least,
+            f"rl.micro_batch_tokens ({self.micro_batch_tokens}) is smaller than one sequence: a completion "
+            f"alone may reach rl.sampling.max_new_tokens ({self.sampling.max_new_tokens}); give 0 (no split) "
+            f"or at least {least} plus the longest prompt",
+        )
 
 
 @dataclass

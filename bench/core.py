@@ -287,7 +287,15 @@ class Method:
         scoring; returns the batch to train on. Rows added must keep the batch's group ids."""
         return batch
 
+    def on_minibatch(self, batch: RolloutBatch) -> None:
+        """Called once on each PPO minibatch (after ``credit``, before ``loss``), before the engine
+        splits it into micro-batches under a token budget: a loss that couples the minibatch's rows
+        computes that part here, into ``batch.extra``, so every micro-batch's ``loss`` reads the
+        whole minibatch's choice (bench.engine.microbatch)."""
+
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
+        """The [B, T] per-token loss; its ``mask`` (tokens the aggregation counts) may depend on the
+        batch but not on ``logprobs``, so micro-batches can be normalised by the whole minibatch's."""
         raise NotImplementedError
 
 

@@ -15,9 +15,10 @@ written max(1, int(rho N + 0.9999))), and aggregates the loss over response_mask
 token-mean divides by the kept tokens. Those are the defaults here (methods.common.entropy_top_mask).
 
 Deviations and reconstructions:
-1. The population is each PPO minibatch of the update, the tokens one loss() sees (gathered over
-   processes, so the selection does not depend on their number); the official one is each GPU's
-   micro-batch. ``population="batch"`` takes it once over the rollout batch (TRL's
+1. The population is each PPO minibatch of the update (chosen in on_minibatch, gathered over
+   processes and before any split into micro-batches under ``rl.micro_batch_tokens``, so the
+   selection depends on neither the number of processes nor the memory budget); the official one is
+   each GPU's micro-batch. ``population="batch"`` takes it once over the rollout batch (TRL's
    ``top_entropy_quantile``), "sequence" per completion.
 2. The official mask ranks the entropies of the policy being updated (its training forward);
    here those of the behaviour policy pi_old (the scoring pass), the same in a single on-policy
@@ -44,6 +45,7 @@ from methods.dapo import DAPO, DAPOConfig
 
 Denominator = Literal["all", "selected"]
 KEPT = "entropy_top_kept"  # batch.extra key: the rollout batch's selection (population "batch"/"sequence")
+KEPT_MINIBATCH = "entropy_top_kept_minibatch"  # the minibatch's (population "minibatch"), set by on_minibatch
 
 
 @dataclass(frozen=True)
@@ -82,14 +84,23 @@ class EntropyTop(DAPO):
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         credit = super().credit(batch)
-        if self.config.population == "minibatch":  # chosen per minibatch in loss()
+        if self.config.population == "minibatch":  # chosen per minibatch in on_minibatch()
             return credit
         keep = self.top_mask(batch)
         batch.extra[KEPT] = keep.to(batch.completion_mask.dtype)  # carried to the minibatches
         return credit * keep
 
+    def on_minibatch(self, batch: RolloutBatch) -> None:
+        if self.config.population == "minibatch":  # the minibatch's own tokens, whatever its micro-batches
+            batch.extra[KEPT_MINIBATCH] = self.top_mask(batch).to(batch.completion_mask.dtype)
+
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
-        keep = self.top_mask(batch) if self.config.population == "minibatch" else stored_selection(batch, KEPT)
+        if self.config.population != "minibatch":
+            keep = stored_selection(batch, KEPT)
+        elif KEPT_MINIBATCH in batch.extra:  # the whole minibatch's choice (its micro-batches read their rows)
+            keep = stored_selection(batch, KEPT_MINIBATCH)
+        else:  # a loss() outside the update: the batch given is the minibatch
+            keep = self.top_mask(batch)
         out = super().loss(batch, logprobs, credit * keep)
         if self.config.denominator == "selected":
             out.mask = (batch.completion_mask if out.mask is None else out.mask) * keep

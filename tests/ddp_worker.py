@@ -6,7 +6,9 @@ running this script again with the same arguments, so it is a script, not a pyte
         For each case of CASES, the module's real scoring and update (RLVRModule.score_batch and
         .update) of one fixed global batch, each process holding its share of the groups; rank 0
         saves the statistics (their mean over processes, as training_step logs them) and the
-        gradients the update left on the parameters (after DDP's all-reduce).
+        gradients the update left on the parameters (after DDP's all-reduce). Each case runs
+        twice: fused (key ``case``), and with a separate scoring pass and the update split into
+        micro-batches of at most MICRO_BATCH_TOKENS tokens (key ``case@split``).
 
     python tests/ddp_worker.py train OUT --devices W
         A short real run (rollouts, 2 PPO epochs x 2 minibatches, a sample budget, greedy eval)
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +36,7 @@ from bench.config import (  # noqa: E402
 )
 from bench.core import Outcome, RolloutBatch  # noqa: E402
 from bench.distributed import gather_objects, mean_over_processes, rank  # noqa: E402
+from bench.engine import step  # noqa: E402
 from bench.engine.data import PromptDataModule  # noqa: E402
 from bench.engine.module import RLVRModule  # noqa: E402
 from bench.engine.policy import build_tiny, char_tokenizer  # noqa: E402
@@ -49,6 +53,7 @@ CASES = {
 }
 GROUPS, G, P, T = 5, 4, 8, 12  # groups, completions per group, prompt and completion budget
 SHARES = [range(0, 2), range(2, 5)]  # the groups of each of 2 processes: unequal rows and tokens
+MICRO_BATCH_TOKENS = 40  # 2-3 rows a micro-batch: 3 micro-batches on one process, 6 on the other
 
 
 def global_batch(tokenizer) -> RolloutBatch:
@@ -104,8 +109,13 @@ class FixedBatchUpdate(RLVRModule):
 
     def training_step(self, rows, batch_idx):
         batch = self.shares[rank()]
-        self.score_batch(batch, fused=True)
-        stats = mean_over_processes(self.update(batch, fused=True))
+        fused = self.rl.micro_batch_tokens == 0
+        if not fused:  # scored unsplit, so every process starts from the same behaviour log-probs
+            unsplit = replace(self.rl, micro_batch_tokens=0)
+            step.score_batch(self.policy, self.ref_policy, self.method, batch, unsplit, False)
+        else:
+            self.score_batch(batch, fused=True)
+        stats = mean_over_processes(self.update(batch, fused=fused))
         grads = {n: p.grad.detach().clone() for n, p in self.policy.named_parameters() if p.grad is not None}
         self.result = {"stats": stats, "grads": grads}
 
@@ -127,9 +137,11 @@ def trainer(devices: int, **kwargs) -> L.Trainer:
     )
 
 
-def update_case(case: str, devices: int, policy=None) -> dict:
+def update_case(case: str, devices: int, policy=None, micro_batch_tokens: int = 0) -> dict:
     """This process's result of CASES[case] on the fixed batch (all of it in one process, its share
-    of the groups in each of 2), for the tiny policy of seed 0 or ``policy``."""
+    of the groups in each of 2), for the tiny policy of seed 0 or ``policy``; fused, or with
+    ``micro_batch_tokens`` a scoring pass and the update in micro-batches of that budget (a budget
+    above every share's tokens: a scoring pass and no split)."""
     tok = char_tokenizer()
     batch = global_batch(tok)
     shares = [batch] if devices == 1 else [share(batch, groups) for groups in SHARES]
@@ -139,7 +151,7 @@ def update_case(case: str, devices: int, policy=None) -> dict:
     policy = policy if policy is not None else build_tiny("tiny-500k", seed=0)[0]
     # a reference unlike the policy, so that the KL term has a gradient
     ref = build_tiny("tiny-500k", seed=1)[0] if method.config.kl_coef > 0 else None
-    rl = RLConfig(prompts_per_step=GROUPS, group_size=G, lr=1e-3, grad_clip=0.0)
+    rl = RLConfig(prompts_per_step=GROUPS, group_size=G, lr=1e-3, grad_clip=0.0, micro_batch_tokens=micro_batch_tokens)
     module = FixedBatchUpdate(
         policy, tok, method, TASKS.get("arithmetic")(), "arithmetic", rl, EvalConfig(), ref_policy=ref, shares=shares
     )
@@ -149,6 +161,7 @@ def update_case(case: str, devices: int, policy=None) -> dict:
 
 def update(out: Path, devices: int) -> None:
     results = {case: update_case(case, devices) for case in CASES}
+    results |= {f"{case}@split": update_case(case, devices, micro_batch_tokens=MICRO_BATCH_TOKENS) for case in CASES}
     if rank() == 0:
         torch.save(results, out)
 

@@ -38,12 +38,13 @@ from bench.errors import CreditBenchError
 
 def config_hash(cfg) -> str:
     """What makes two runs the same run: every field of the config but where things are written
-    and how fast (tracking, checkpoint, threads). The tracking URI and experiment stay in: a run
-    resumes into a run of the same store."""
+    and how fast (tracking, checkpoint, threads, the micro-batch token budget). The tracking URI
+    and experiment stay in: a run resumes into a run of the same store."""
     d = dataclasses.asdict(cfg)
     d["tracking"] = {k: v for k, v in d["tracking"].items() if k in ("uri", "experiment", "run_name", "sweep")}
     d.pop("checkpoint", None)
     d.pop("threads", None)
+    d["rl"].pop("micro_batch_tokens", None)  # the same update to float precision, in less memory
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -16,6 +16,7 @@ branches on a method's or a task's name: a method declares ``needs`` and the ste
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -140,7 +141,14 @@ class RLVRModule(L.LightningModule):
         """:func:`bench.engine.step.update` with this module's optimizer, schedule and backward."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         args = self.policy, self.method, batch, self.rl, opt, sched, self.manual_backward, fused, hidden_off
-        return step.update(*args, skips=self.skips, step=self.rl_step + 1)
+        return step.update(*args, skips=self.skips, step=self.rl_step + 1, no_sync=self.no_grad_sync)
+
+    def no_grad_sync(self):
+        """A context in which a backward accumulates gradients locally, without the strategy's
+        all-reduce (DDP's no_sync): entered for every micro-batch of a minibatch but the last."""
+        strategy = self.trainer.strategy if self._trainer is not None else None
+        block = getattr(strategy, "block_backward_sync", None)
+        return block() if block is not None else contextlib.nullcontext()
 
     def training_step(self, rows: list[dict], batch_idx: int) -> None:
         rl, sampler = self.rl, self.sampler
@@ -154,7 +162,7 @@ class RLVRModule(L.LightningModule):
         sampler.samples, sampler.tokens = counted[0] + int(new[0]), counted[1] + int(new[1])
         self.engine.sleep()  # a separate engine frees its memory until the next sync
         t1 = time.perf_counter()
-        fused = rl.ppo_epochs == 1 and rl.minibatches == 1
+        fused = step.is_fused(batch, rl)
         hidden_off = self.score_batch(batch, fused)
         t2 = time.perf_counter()
         stats = self.update(batch, fused, hidden_off)

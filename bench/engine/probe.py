@@ -63,6 +63,7 @@ def effective_credit(
         score_batch(policy, ref_policy, method, batch, rl, fused=False)
         credit = method.credit(batch)
         s = forward(policy, batch, rl, with_entropy=False)
+        method.on_minibatch(batch)  # the probe group is one minibatch
         out = method.loss(batch, s.logprobs, credit)
         mask = batch.completion_mask if out.mask is None else out.mask  # the tokens the loss is taken over
         loss = aggregate(out.loss, mask, method.config.aggregation, max_len=batch.max_new_tokens)

@@ -25,6 +25,7 @@ from torch import Tensor
 from bench.config import RLConfig
 from bench.core import NEEDS, Method, RolloutBatch
 from bench.distributed import all_sum, world_size
+from bench.engine import microbatch
 from bench.engine.diagnostics import credit_diagnostics
 from bench.engine.policy import Scores, score
 from bench.errors import CreditBenchError
@@ -105,7 +106,21 @@ def reference(policy, ref_policy):
 def score_batch(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLConfig, fused: bool) -> Scores | None:
     """Fill what the method needs that the training forward cannot provide. Returns the adapter-off
     forward when the method needs ``hidden_residual`` and the update is ``fused``: the residual is then
-    taken against the training forward, so hand it to :func:`update`; else None."""
+    taken against the training forward, so hand it to :func:`update`; else None.
+
+    Under a token budget (``rl.micro_batch_tokens``) the passes run one micro-batch at a time and
+    their outputs are written back into the batch's tensors (a fused update never splits)."""
+    parts = microbatch.split(batch, 0 if fused else rl.micro_batch_tokens)
+    if len(parts) == 1:
+        return _score_part(policy, ref_policy, method, batch, rl, fused)
+    for index in parts:
+        part = batch.select(index)
+        _score_part(policy, ref_policy, method, part, rl, fused=False)
+        microbatch.write_back(batch, part, index)
+    return None
+
+
+def _score_part(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLConfig, fused: bool) -> Scores | None:
     req = method.required
     separate = "hidden_residual_separate" in req  # the adapter-on states from their own pass even when fused
     hidden = "hidden_residual" in req or separate
@@ -128,6 +143,16 @@ def score_batch(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLC
     if hidden and pol is not None:
         set_residual(batch, pol, r)
     return r if hidden and fused and not separate else None
+
+
+def is_fused(batch: RolloutBatch, rl: RLConfig) -> bool:
+    """Whether the update is one on-policy optimizer step whose training forward also gives the
+    behaviour log-probs (no scoring pass): one epoch, one minibatch, and the batch in one micro-batch
+    on every process (they agree, so every process runs the same passes)."""
+    if rl.ppo_epochs != 1 or rl.minibatches != 1:
+        return False
+    split = len(microbatch.split(batch, rl.micro_batch_tokens)) > 1
+    return not bool(all_sum(torch.tensor([float(split)], device=batch.completion_mask.device))[0])
 
 
 def set_residual(batch: RolloutBatch, on: Scores, off: Scores) -> None:
@@ -164,6 +189,27 @@ class SkippedUpdates:
         )
 
 
+class _Means:
+    """Masked means of per-token statistics over one optimizer step's micro-batches: with one
+    micro-batch exactly ``masked_mean``, else the sums and counts of every part added up."""
+
+    def __init__(self):
+        self.parts: dict[str, list[tuple[Tensor, Tensor]]] = {}
+
+    def add(self, key: str, value: Tensor, mask: Tensor) -> None:
+        self.parts.setdefault(key, []).append((value.detach(), mask))
+
+    def means(self) -> dict[str, float]:
+        out = {}
+        for key, parts in self.parts.items():
+            if len(parts) == 1:
+                out[key] = float(masked_mean(*parts[0]))
+            else:
+                total = sum(float((v * m.to(v.dtype)).sum()) for v, m in parts)
+                out[key] = total / max(sum(float(m.sum()) for _, m in parts), 1.0)
+        return out
+
+
 def update(
     policy,
     method: Method,
@@ -177,6 +223,7 @@ def update(
     *,
     skips: SkippedUpdates | None = None,
     step: int = 1,
+    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> dict[str, float]:
     """PPO epochs x minibatches of optimizer steps on ``batch`` (scored by :func:`score_batch` with the
     same ``fused``, whose return is ``hidden_off``), this process's groups of RL step ``step``.
@@ -186,6 +233,11 @@ def update(
     differentiated is W times this process's part, because DDP averages the processes'
     gradients. Their average is then the gradient of the global minibatch's loss, as one
     process holding all of it computes. In one process both are exactly today's arithmetic.
+
+    Under a token budget (``rl.micro_batch_tokens``, see :mod:`bench.engine.microbatch`) each
+    minibatch's gradient accumulates over its micro-batches, normalised by the same global counts,
+    before its one optimizer step; ``no_sync`` (DDP's, FSDP's) holds back the gradient all-reduce for
+    every micro-batch but the last.
     """
     cfg, world = method.config, world_size()
     skips = skips if skips is not None else SkippedUpdates(rl.max_skipped_updates)
@@ -203,9 +255,9 @@ def update(
             else:
                 idx = order.tensor_split(rl.minibatches)[mb_index]
                 mb = batch.select(idx)
-            # with_entropy only when fused: otherwise the scoring pass had it
-            s = forward(policy, mb, rl, with_entropy=fused, with_hidden=fused and (hidden or states))
+            s = None
             if fused:  # single on-policy update: behaviour = current policy, ratio == 1
+                s = forward(policy, mb, rl, with_entropy=True, with_hidden=hidden or states)
                 batch.old_logprobs, batch.entropy = s.logprobs.detach(), s.entropy
                 if hidden:
                     set_residual(batch, s, hidden_off)
@@ -213,43 +265,72 @@ def update(
                     batch.hidden_states = s.hidden
                 credit = method.credit(batch)
             c = credit if idx is None else credit[idx]
-            out = method.loss(mb, s.logprobs, c)
-            mask = mb.completion_mask if out.mask is None else out.mask.to(mb.completion_mask.dtype)  # [b, T]
-            rows = mask.new_tensor(mb.size) if out.mask is None else (mask.sum(-1) > 0).sum()  # sequences left
-            counts = all_sum(torch.stack([mask.sum(), rows]))
-            norm = {"max_len": batch.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
-            method_loss = aggregate(out.loss, mask, cfg.aggregation, **norm)
-            loss = method_loss
-            if epoch == 0 and mb_index == 0:  # before any update: ratio 1, so this is the credit as designed
-                grad = torch.autograd.grad(method_loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
-                grad = torch.zeros_like(s.logprobs) if grad is None else grad
-                diagnostics = credit_diagnostics(-grad, mb.completion_mask)
-            if cfg.kl_coef > 0:
-                kl = k3_kl(s.logprobs, mb.ref_logprobs)
-                loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, **norm)
-                acc.setdefault("loss/kl", []).append(float(masked_mean(kl.detach(), mb.completion_mask)))
-            optimizer.zero_grad(set_to_none=True)
-            backward(loss * world)  # DDP divides the sum of the processes' gradients by W
+            method.on_minibatch(mb)
+            parts = [None] if fused else microbatch.split(mb, rl.micro_batch_tokens)
+            if len(parts) == 1:
+                parts = [None]
+                counted = None
+            else:  # the whole minibatch's loss mask, before any part's backward (see bench.engine.microbatch)
+                with torch.no_grad():
+                    whole = method.loss(mb, mb.old_logprobs, c).mask
+                counted = mb.completion_mask if whole is None else whole.to(mb.completion_mask.dtype)
+                rows_left = counted.new_tensor(mb.size) if whole is None else (counted.sum(-1) > 0).sum()
+                counts = all_sum(torch.stack([counted.sum(), rows_left]))
+            first = epoch == 0 and mb_index == 0  # before any update: ratio 1, so this is the credit as designed
+            split = counted is not None
+            grad_lp = torch.zeros_like(mb.completion_mask, dtype=torch.float32) if first and split else None
+            means, total, scalars = _Means(), 0.0, {}
+            for part_index, pidx in enumerate(parts):
+                part, cp = (mb, c) if pidx is None else (mb.select(pidx), c[pidx])
+                if s is None or pidx is not None:
+                    # with_entropy only when fused: otherwise the scoring pass had it
+                    s = forward(policy, part, rl, with_entropy=fused, with_hidden=fused and (hidden or states))
+                out = method.loss(part, s.logprobs, cp)
+                mask = part.completion_mask if out.mask is None else out.mask.to(part.completion_mask.dtype)  # [b, T]
+                if counted is None:
+                    rows = mask.new_tensor(part.size) if out.mask is None else (mask.sum(-1) > 0).sum()  # rows left
+                    counts = all_sum(torch.stack([mask.sum(), rows]))
+                norm = {"max_len": batch.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
+                method_loss = aggregate(out.loss, mask, cfg.aggregation, **norm)
+                loss = method_loss
+                if first:
+                    grad = torch.autograd.grad(method_loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
+                    grad = torch.zeros_like(s.logprobs) if grad is None else grad
+                    if grad_lp is None:
+                        diagnostics = credit_diagnostics(-grad, mb.completion_mask)
+                    else:
+                        grad_lp[pidx] = grad
+                if cfg.kl_coef > 0:
+                    kl = k3_kl(s.logprobs, part.ref_logprobs)
+                    loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, **norm)
+                    means.add("loss/kl", kl, part.completion_mask)
+                last = part_index == len(parts) - 1
+                with contextlib.nullcontext() if last else no_sync():
+                    backward(loss * world)  # DDP divides the sum of the processes' gradients by W
+                total += float(loss.detach())
+                for k, v in out.stats.items():
+                    means.add(f"train/{k}", v, part.completion_mask)
+                for k, v in out.scalars.items():  # per call: weighted by the part's rows
+                    scalars.setdefault(f"train/{k}", []).append((float(v), part.size))
+            if grad_lp is not None:
+                diagnostics = credit_diagnostics(-grad_lp, mb.completion_mask)
             gn = torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], rl.grad_clip or float("inf"))
             # every process must agree: after DDP's all-reduce the norm is the same everywhere, the loss is not
-            finite = bool(
-                all_sum(torch.stack([(~loss.detach().isfinite()).float(), (~gn.isfinite()).float()]).sum().reshape(1))[
-                    0
-                ]
-                == 0
-            )
+            bad = torch.stack([gn.new_tensor(float(not math.isfinite(total))), (~gn.isfinite()).float()])
+            finite = bool(all_sum(bad.sum().reshape(1))[0] == 0)
             if finite:
                 optimizer.step()
             else:
-                skips.skip(optimizer, float(loss.detach()), float(gn), step)
+                skips.skip(optimizer, total, float(gn), step)
             scheduler.step()  # the schedule follows the steps taken or skipped
             if finite:
-                acc.setdefault("loss/total", []).append(float(loss.detach()) * world)  # its process mean: the loss
+                acc.setdefault("loss/total", []).append(total * world)  # its process mean: the loss
                 acc.setdefault("train/grad_norm", []).append(float(gn))
-            for k, v in out.stats.items():
-                acc.setdefault(f"train/{k}", []).append(float(masked_mean(v.detach(), mb.completion_mask)))
-            for k, v in out.scalars.items():
-                acc.setdefault(f"train/{k}", []).append(float(v))
+            for k, v in means.means().items():
+                acc.setdefault(k, []).append(v)
+            for k, vs in scalars.items():
+                mean = vs[0][0] if len(vs) == 1 else sum(v * n for v, n in vs) / sum(n for _, n in vs)
+                acc.setdefault(k, []).append(mean)
     stats = {k: float(np.mean(v)) for k, v in acc.items()}
     stats["train/skipped_updates"] = float(skips.count)
     mask = batch.completion_mask

@@ -59,7 +59,8 @@ def test_ddp_update_matches_one_process_on_the_same_global_batch(tmp_path, one_t
     """For each aggregation (GRPO's seq-mean-token-mean with a KL term, DAPO's token-mean, Dr. GRPO's
     seq-mean-token-sum-norm) and the 80/20 rule's batch-wide entropy quantile and kept-token count:
     the loss (mean over processes of each one's W x part) and the gradient DDP leaves on the
-    parameters (after its all-reduce) equal one process's on the whole batch."""
+    parameters (after its all-reduce) equal one process's on the whole batch; so do they when each
+    process accumulates its share over micro-batches under a token budget."""
     w = _worker()
     batch = w.global_batch(w.char_tokenizer())
     shares = [w.share(batch, groups) for groups in w.SHARES]
@@ -77,6 +78,15 @@ def test_ddp_update_matches_one_process_on_the_same_global_batch(tmp_path, one_t
         diff = max(float((one["grads"][k] - two["grads"][k]).abs().max()) for k in one["grads"])
         scale = max(float(g.abs().max()) for g in one["grads"].values())
         assert diff < 1e-6 and scale > 1e-2, f"{case}: max |grad difference| {diff:.2e} (largest grad {scale:.2e})"
+        assert two["stats"]["loss/total"] == pytest.approx(one["stats"]["loss/total"], abs=1e-6), case
+
+    # gradient accumulation under DDP: each process's share in micro-batches (3 on one, 6 on the
+    # other), the all-reduce held back until each one's last, equals one unsplit process
+    for case in w.CASES:
+        one, two = w.update_case(case, devices=1, micro_batch_tokens=10_000), ddp[f"{case}@split"]
+        diff = max(float((one["grads"][k] - two["grads"][k]).abs().max()) for k in one["grads"])
+        scale = max(float(g.abs().max()) for g in one["grads"].values())
+        assert diff < 1e-6 and scale > 1e-2, f"{case} split: max |grad difference| {diff:.2e} (largest {scale:.2e})"
         assert two["stats"]["loss/total"] == pytest.approx(one["stats"]["loss/total"], abs=1e-6), case
         assert two["stats"]["train/grad_norm"] == pytest.approx(one["stats"]["train/grad_norm"], rel=1e-5), case
         if "loss/kl" in one["stats"]:
