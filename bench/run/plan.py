@@ -6,12 +6,13 @@ Hub architecture from :mod:`bench.run.hub_archs`, or the tiny config), wraps it 
 checkpointing as configured, constructs the LightningModule, the data module and the Lightning
 strategy. What it cannot do without weights or a GPU is load the weights and start vLLM.
 
-It also estimates the memory each training process holds before activations: the weights, the
-gradients and AdamW's two moments of the trainable parameters (in the weights' dtype for full
-fine-tuning, fp32 for LoRA adapters), the frozen reference copy when the method needs one, and the
-GPU share given to vLLM. FSDP's FULL_SHARD divides the weight, gradient and optimizer terms by the number of
-processes. The estimate is a floor: activations (which scale with micro-batch x length and are
-cut by activation checkpointing) and the KV cache of HF generation come on top.
+It also estimates the memory each training process holds: the weights, the gradients and AdamW's
+two moments of the trainable parameters (in the weights' dtype for full fine-tuning, fp32 for LoRA
+adapters), the frozen reference copy when the method needs one, the GPU share given to vLLM, and
+the activations one micro-batch of the update keeps for its backward (:func:`activation_gb`: the
+``rl.micro_batch_tokens`` budget, or the process's whole minibatch when it is 0). FSDP's FULL_SHARD
+divides the weight, gradient and optimizer terms by the number of processes. Not counted: the KV
+cache of HF generation (vLLM's is inside its share) and the allocator's fragmentation.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from bench.config import RunConfig
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+PROMPT_TOKENS = 512  # the prompt length the plan assumes (a chat-templated MATH or code prompt: 100-400)
 
 
 @dataclass
@@ -36,6 +38,9 @@ class Plan:
     strategy: str
     processes: int
     vllm_sleeps: bool = False
+    activations_gb: float = 0.0
+    micro_batch_tokens: int = 0  # the padded tokens of one micro-batch the activations are counted for
+    split: bool = False  # whether rl.micro_batch_tokens sets them (else: the whole minibatch)
 
     @property
     def static_gb(self) -> float:
@@ -46,12 +51,40 @@ class Plan:
             return self.weights_gb + self.optimizer_gb + max(self.grads_gb, self.vllm_gb)
         return self.weights_gb + self.grads_gb + self.optimizer_gb + self.vllm_gb
 
+    @property
+    def total_gb(self) -> float:
+        """Memory per process at the peak of the update: the static terms and one micro-batch's activations."""
+        return self.static_gb + self.activations_gb
+
     def line(self) -> str:
+        batch = "micro-batches of" if self.split else "the whole minibatch,"
         return (
             f"{self.params / 1e9:.2f}B params ({self.trainable / 1e6:,.1f}M trainable), {self.strategy} x "
-            f"{self.processes}: {self.static_gb:.1f} GB per process before activations (weights "
-            f"{self.weights_gb:.1f}, grads {self.grads_gb:.1f}, AdamW {self.optimizer_gb:.1f}, vLLM {self.vllm_gb:.1f})"
+            f"{self.processes}: {self.total_gb:.1f} GB per process (weights {self.weights_gb:.1f}, grads "
+            f"{self.grads_gb:.1f}, AdamW {self.optimizer_gb:.1f}, vLLM {self.vllm_gb:.1f}, activations "
+            f"{self.activations_gb:.1f} at {batch} {self.micro_batch_tokens:,} tokens)"
         )
+
+
+def activation_gb(config, tokens: int, completion_tokens: int, dtype_bytes: int, checkpointing: bool) -> float:
+    """GB of activations a forward of ``tokens`` tokens (``completion_tokens`` of them completions)
+    keeps for its backward, for a decoder of ``config``'s shape (hidden H, MLP width I, L layers,
+    key/value width K, vocabulary V).
+
+    Per token and layer, 8H + 2K + 4I values: the two norms' inputs and outputs, the query, key and
+    value projections, the attention output and o_proj's output, the MLP's gate, up, activation and
+    product (attention itself is a fused kernel: nothing per pair of tokens). With activation
+    checkpointing, L x H (each layer's input) plus one layer's worth, recomputed in the backward.
+    The logits are taken only at completion positions: their float32 copy that the log-softmax's
+    backward keeps, its gradient, and in bfloat16 the gradient cast back (V x 10 bytes; 8 in
+    float32), which dominates for long completions and a 150k vocabulary."""
+    H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    K = heads * (getattr(config, "head_dim", None) or H // config.num_attention_heads)
+    per_layer = 8 * H + 2 * K + 4 * I
+    values = L * H + per_layer if checkpointing else L * per_layer
+    logits = 8 + (dtype_bytes if dtype_bytes != 4 else 0)  # float32 copy kept, its gradient, the cast's
+    return (tokens * values * dtype_bytes + completion_tokens * V * logits) / 1e9
 
 
 def meta_policy(cfg: RunConfig):
@@ -120,6 +153,16 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     weights = (params * w + (trainable * 4 if lora.rank else 0) + (params * w if ref is not None else 0)) / gb
     grads, optimizer = trainable * tw / gb, 2 * trainable * tw / gb  # AdamW: two moments
     vllm = cfg.rollout.gpu_memory_utilization * gpu_gb if cfg.rollout.engine == "vllm" else 0.0
+    rl = cfg.rl
+    length = PROMPT_TOKENS + rl.sampling.max_new_tokens
+    whole = length * max(1, rl.prompts_per_step * rl.group_size // (rl.minibatches * t.world_size))
+    tokens = min(rl.micro_batch_tokens or whole, whole)  # a budget above the minibatch splits nothing
+    rows = max(1, tokens // length)  # whole rows of the longest length fit in the budget
+    compute = 2 if cfg.precision != "32-true" else w  # bf16 autocast computes in bfloat16
+    config = getattr(policy, "config", None) or policy.get_base_model().config
+    act = activation_gb(
+        config, rows * length, rows * rl.sampling.max_new_tokens, compute, cfg.model.gradient_checkpointing
+    )
     return Plan(
         params,
         trainable,
@@ -131,4 +174,7 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
         strategy if isinstance(strategy, str) else type(strategy).__name__,
         cfg.trainer.world_size,
         vllm_sleeps=bool(vllm and cfg.rollout.sleep),
+        activations_gb=act,
+        micro_batch_tokens=tokens,
+        split=tokens < whole,
     )
