@@ -280,6 +280,7 @@ def update(
             split = counted is not None
             grad_lp = torch.zeros_like(mb.completion_mask, dtype=torch.float32) if first and split else None
             means, total, scalars = _Means(), 0.0, {}
+            optimizer.zero_grad(set_to_none=True)  # the parts' gradients add up to this minibatch's alone
             for part_index, pidx in enumerate(parts):
                 part, cp = (mb, c) if pidx is None else (mb.select(pidx), c[pidx])
                 if s is None or pidx is not None:

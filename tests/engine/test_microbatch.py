@@ -175,3 +175,12 @@ def test_write_back_fills_each_row_from_its_micro_batch():
     for index in microbatch.split(batch, BUDGET):
         microbatch.write_back(batch, whole.select(index), index)
     assert torch.equal(batch.old_logprobs, whole.old_logprobs) and torch.equal(batch.extra["x"], whole.extra["x"])
+
+
+@pytest.mark.parametrize("budget", [0, BUDGET])
+def test_each_optimizer_step_starts_from_zero_gradients(budget):
+    """With lr 0 and two epochs of one minibatch, both optimizer steps see the same weights and the
+    same rows: their gradients must be equal, not the second the sum of both."""
+    grads = run("grpo", {"kl_coef": 0.0}, budget, epochs=2, minibatches=1)["grads"]
+    assert len(grads) == 2
+    assert max(float((a - b).abs().max()) for a, b in zip(*grads)) == 0.0
