@@ -96,23 +96,30 @@ def test_paper_sweep_model_overrides_reach_their_runs_only():
     assert all(c.model.gradient_checkpointing for c in by_model.values())
 
 
-def test_fsdp_strategy_wraps_decoder_layers_with_checkpointing():
-    from lightning.pytorch.strategies import FSDPStrategy
+def test_fsdp_strategy_shards_each_decoder_layer():
+    """trainer.strategy fsdp: FSDP2 through Lightning's ModelParallelStrategy over every process, the
+    module sharding each decoder layer (the plan), the checkpoint one file."""
+    import torch
+    from lightning.pytorch.strategies import ModelParallelStrategy
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
     from bench.config import RunConfig
-    from bench.run.train import make_strategy
+    from bench.run.train import make_strategy, shard_plan
 
     cfg = RunConfig()
-    cfg.model.name, cfg.model.gradient_checkpointing = "Qwen/Qwen3-8B", True
+    cfg.model.name, cfg.precision = "Qwen/Qwen3-8B", "bf16-mixed"
     cfg.trainer.strategy, cfg.trainer.devices = "fsdp", 8
     s = make_strategy(cfg)
-    assert isinstance(s, FSDPStrategy)
-    assert s.sharding_strategy.name == "FULL_SHARD"
-    assert Qwen3DecoderLayer in s.kwargs["auto_wrap_policy"]._module_classes
-    assert Qwen3DecoderLayer in s._activation_checkpointing_kwargs["auto_wrap_policy"]._module_classes
-    cfg.model.gradient_checkpointing = False
-    assert not make_strategy(cfg)._activation_checkpointing_kwargs
+    assert isinstance(s, ModelParallelStrategy) and not s._save_distributed_checkpoint
+    assert (s._data_parallel_size, s._tensor_parallel_size) == (8, 1)
+    plan = shard_plan(cfg)
+    assert plan.layers == (Qwen3DecoderLayer,) and plan.reshard_after_forward and not plan.hybrid
+    assert plan.param_dtype == torch.bfloat16
+    cfg.trainer.fsdp_sharding, cfg.trainer.devices, cfg.trainer.num_nodes = "HYBRID_SHARD", 4, 2
+    s, plan = make_strategy(cfg), shard_plan(cfg)
+    assert (s._data_parallel_size, s._tensor_parallel_size) == (2, 4) and plan.hybrid  # nodes x devices
+    cfg.trainer.strategy = "ddp"
+    assert shard_plan(cfg) is None
 
 
 def test_unknown_architecture_names_the_known_ones():
@@ -225,7 +232,7 @@ def test_activation_estimate_bounds_what_the_training_forward_keeps():
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         saved: dict[int, int] = {}
 
-        def pack(t):
+        def pack(t, params=params, saved=saved):
             storage = t.untyped_storage()
             if storage.data_ptr() not in params:
                 saved[storage.data_ptr()] = storage.nbytes()
