@@ -2,7 +2,7 @@
 
 creditbench train --config run.yaml [--rl.steps 50 ...]   one RL run (typed YAML config)
 creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of a checkpoint
-creditbench sweep SPEC.yaml [--jobs N] [--dry-run]         methods x models x seeds, then the report
+creditbench sweep SPEC.yaml [--jobs N] [--dry_run]         methods x models x seeds, then the report
 creditbench summarize --sweep NAME                         (re)write results/<NAME>/ report, tables, plots
 creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
 creditbench methods | tasks [NAME]                         list the registries, or one entry's options
@@ -22,19 +22,29 @@ from bench.run.tracking import default_uri
 
 def cmd_train(argv: list[str]) -> int:
     from bench.config import RunConfig
-    from bench.run.train import resolve, run
+    from bench.errors import CreditBenchError
+    from bench.run.args import config_files, from_files, load_yaml
+    from bench.run.train import preflight, run
 
     p = train_parser()
     try:
+        for path in config_files(argv):  # malformed YAML: the file, line and column where it breaks
+            if Path(path).is_file():
+                load_yaml(path)
         ns = p.parse_args(argv)
         progress = not ns.pop("no_progress")
         ns.pop("config", None)
         cfg = p.instantiate(ns)
-    except Exception as e:  # jsonargparse reports malformed YAML, bad types and unknown keys this way
-        return _fail(f"bad configuration: {config_error(e)}")
+    except CreditBenchError as e:
+        return _fail(f"bad configuration: {from_files(argv, str(e))}")
+    except Exception as e:  # jsonargparse reports bad types and unknown keys this way
+        return _fail(f"bad configuration: {from_files(argv, config_error(e))}")
     cfg = RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
-    resolve(cfg)
-    res = run(cfg, progress=progress)
+    try:
+        checked = preflight(cfg)
+    except CreditBenchError as e:  # a bad value in a run YAML: its file and line
+        raise CreditBenchError(from_files(argv, str(e))) from None
+    res = run(cfg, progress=progress, checked=checked)
     from bench.distributed import rank
 
     if rank() > 0:  # the other processes of a multi-process run: rank 0 reports
@@ -96,7 +106,16 @@ def cmd_ui(argv: list[str]) -> int:
         "--workers",
         "1",
     ]
-    print(f"MLflow UI for {a.uri} on http://127.0.0.1:{a.port} (Ctrl-C to stop)")
+    print(f"MLflow UI for {a.uri} on http://127.0.0.1:{a.port} (Ctrl-C to stop); the runs, in training mode:")
+    from bench.run.tracking import TRAINING_KIND, client
+
+    # MLflow 3.17 keeps its GenAI / Model training switch per browser (GenAI until changed) and the
+    # experiments' kind tag does not override it; the workflowType parameter does
+    for e in client(a.uri).search_experiments():
+        if e.tags.get("mlflow.experimentKind") == TRAINING_KIND or e.name.startswith("creditbench"):
+            runs = f"#/experiments/{e.experiment_id}/runs?workflowType=machine_learning"
+            print(f"  {e.name}: http://127.0.0.1:{a.port}/{runs}")
+    sys.stdout.flush()  # before exec replaces the process
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job workers
     os.execv(sys.executable, cmd)
 
@@ -108,15 +127,20 @@ def cmd_summarize(argv: list[str]) -> int:
 
     ap = ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
-    ap.add_argument("--results-dir", default="results")
-    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--results_dir", default="results")
+    ap.add_argument("--no_plots", action="store_true")
     ap.add_argument(
         "--uri",
-        default=default_uri(),
-        help="MLflow store whose parent run of the sweep gets the report (skipped if it has none)",
+        default=None,
+        help="MLflow store whose parent run of the sweep gets the report (default: the store the sweep ran "
+        "against, recorded in results/<sweep>/store.json)",
     )
     a = ap.parse_args(argv)
     out = Path(a.results_dir) / a.sweep
+    if a.uri is None:
+        from bench.run.stores import recorded_uri
+
+        a.uri = recorded_uri(out) or default_uri()
     runs = load_runs(a.results_dir, a.sweep)
     spec = read_spec(out / "sweep.yaml") if (out / "sweep.yaml").is_file() else None  # the spec the sweep ran
     if spec is not None:  # only the spec's runs: results/<sweep>/runs/ may hold an earlier design's runs
@@ -140,7 +164,9 @@ def cmd_summarize(argv: list[str]) -> int:
     print(markdown(report))
     print("\nwritten: " + ", ".join(str(p) for p in written))
     if parent:
-        print(f"logged to the sweep's parent MLflow run {parent} (artifacts: report/)")
+        print(f"logged to the sweep's parent MLflow run {parent} in {a.uri} (artifacts: report/)")
+    else:
+        print(f"not logged to MLflow: no parent run of sweep {a.sweep!r} found in {a.uri} (give its store: --uri)")
     return 0
 
 
@@ -155,16 +181,25 @@ def cmd_sweep(argv: list[str]) -> int:
     )
     ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
-    ap.add_argument("--results-dir", default="results")
-    ap.add_argument("--uri", default=default_uri())
-    ap.add_argument("--dry-run", action="store_true", help="validate the spec and list its runs; start nothing")
+    ap.add_argument("--results_dir", default="results", help="the sweep's folder goes under it (default results)")
+    ap.add_argument(
+        "--uri",
+        default=default_uri(),
+        help="MLflow tracking store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+    )
+    ap.add_argument(
+        "--dry_run",
+        action="store_true",
+        help="validate the spec (every check a run makes of its configuration) and list its runs; start nothing",
+    )
     ap.add_argument(
         "--plan",
         action="store_true",
-        help="with --dry-run: also build each run short of its weights "
-        "(data files, the model on the meta device, LoRA, strategy) and estimate its memory",
+        help="with --dry_run: also check what this machine must provide (vLLM where a run names it, the "
+        "tracking store, the data files; a note for what would stop a run here), build each run short of "
+        "its weights (the model on the meta device, LoRA, strategy) and estimate its memory",
     )
-    ap.add_argument("--gpu-gb", type=float, default=80.0, help="GPU memory vLLM's share is taken of, for --plan")
+    ap.add_argument("--gpu_gb", type=float, default=80.0, help="GPU memory vLLM's share is taken of, for --plan")
     ap.add_argument(
         "--isolate",
         action="store_true",
@@ -175,6 +210,7 @@ def cmd_sweep(argv: list[str]) -> int:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
     sweep = load_spec(a.spec)
     if a.dry_run:
+        _preflight(sweep, a.uri, here=a.plan)  # before the run list: a refused spec prints one line only
         plans: dict[str, str] = {}
         for r in sweep.runs:
             print(f"{r.key}  ({r.cfg.method.name}, {r.cfg.model.name}, seed {r.cfg.seed})")
@@ -193,6 +229,37 @@ def cmd_sweep(argv: list[str]) -> int:
     print(markdown(report))
     print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
     return 0
+
+
+def _preflight(sweep, uri: str, here: bool) -> None:
+    """The checks ``creditbench train`` makes before any work (bench.run.train.preflight) for every
+    run of the sweep: what a run refuses in its configuration, the dry run refuses. With ``here``
+    (``--plan``) also this machine's (vLLM where a run names it, the tracking store, the data files):
+    what would stop a run here is printed as a note, not refused, as a plan is often made on another
+    machine than the one the runs will use."""
+    import dataclasses
+
+    from bench.errors import CreditBenchError
+    from bench.run.train import preflight
+
+    seen, notes = set(), {}
+    for r in sweep.runs:
+        what = repr((r.cfg.method, r.cfg.model, r.cfg.task, r.cfg.eval.tasks, r.cfg.rollout, r.cfg.trainer))
+        if what in seen:  # seeds differ in nothing the checks see
+            continue
+        seen.add(what)
+        cfg = dataclasses.replace(r.cfg, tracking=dataclasses.replace(r.cfg.tracking, uri=uri))
+        try:
+            preflight(cfg, here=False)
+        except CreditBenchError as e:
+            raise CreditBenchError(f"sweep spec {sweep.path}: run {r.key}: {e}") from None
+        if here:
+            try:
+                preflight(cfg)
+            except CreditBenchError as e:
+                notes.setdefault(str(e), r.key)
+    for note, key in notes.items():
+        print(f"note: on this machine, run {key} (and any like it) would stop before it starts: {note}")
 
 
 COMMANDS = {

@@ -283,12 +283,14 @@ class TrainerConfig:
     """Processes per node (GPUs, or CPU processes with gloo)."""
     num_nodes: int = 1
     strategy: Literal["auto", "ddp", "fsdp"] = "auto"
-    """Lightning strategy: ddp replicates the policy (gloo on CPU, NCCL on GPU); each process rolls
-    out rl.prompts_per_step / (devices x num_nodes) prompts and losses are normalised by the global
-    batch. fsdp (sharded, GPU) configs validate and plan, but a run refuses it for now: the update's
-    backward inside training_step is not supported by Lightning's FSDPStrategy."""
+    """Lightning strategy (gloo on CPU, NCCL on GPU): each process rolls out rl.prompts_per_step /
+    (devices x num_nodes) prompts and losses are normalised by the global batch. ddp replicates the
+    policy; fsdp (FSDP2, at least 2 processes) shards each decoder layer's weights, gradients and
+    AdamW state, and gathers the weights whole once per RL step for its rollouts and update."""
     fsdp_sharding: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD"
-    """FSDP sharding strategy."""
+    """FSDP sharding: FULL_SHARD over every process; SHARD_GRAD_OP keeps a layer's gathered weights
+    from forward to backward; HYBRID_SHARD shards within a node and replicates across nodes;
+    NO_SHARD is refused (use ddp)."""
 
     def __post_init__(self) -> None:
         check(self.devices >= 1, f"trainer.devices must be >= 1, got {self.devices}")

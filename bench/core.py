@@ -162,7 +162,7 @@ def code_execution_allowed(flag: bool = False) -> bool:
 
 def code_execution_refused(task: str) -> str:
     return (
-        f"task {task!r} runs model-written code; it only does so when you opt in with --allow-code-execution "
+        f"task {task!r} runs model-written code; it only does so when you opt in with --allow_code_execution "
         f"(creditbench eval), allow_code_execution: true (run config) or {CODE_EXECUTION_ENV}=1. "
         "Programs run under bubblewrap and are graded outside their own process "
         "(tasks/sandbox.py states the threat model)"
@@ -193,7 +193,7 @@ class Task:
     splits: ClassVar[tuple[str, ...]] = ("train", "eval")
     executes_code: ClassVar[bool] = False
     """True for tasks whose verifier runs model-written programs: they only run after an explicit
-    opt-in (``allow_code_execution`` / ``--allow-code-execution`` / $CREDITBENCH_ALLOW_CODE_EXECUTION=1)."""
+    opt-in (``allow_code_execution`` / ``--allow_code_execution`` / $CREDITBENCH_ALLOW_CODE_EXECUTION=1)."""
 
     def __init__(self, config: TaskConfig | None = None):
         self.config = config if config is not None else self.Config()

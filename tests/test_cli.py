@@ -118,3 +118,17 @@ def test_table_of_an_unknown_sweep_and_ui_of_a_missing_store_refuse(capsys, tmp_
     store = tmp_path / "nothing.db"
     code, _, err = run_cli(capsys, "ui", "--uri", f"sqlite:///{store}")
     assert code != 0 and "no MLflow store at" in error_line(err) and not store.exists()
+
+
+def test_every_command_spells_its_flags_in_snake_case(capsys):
+    """One flag style (bench/run/args.py): a command added later with kebab-case flags fails here."""
+    import re
+
+    from bench.cli import COMMANDS
+
+    for cmd in sorted(set(COMMANDS) - {"methods", "tasks"}):
+        with pytest.raises(SystemExit) as e:
+            main([cmd, "--help"])
+        assert e.value.code == 0
+        flags = set(re.findall(r"(?<![\w-])--[A-Za-z][\w.-]*", capsys.readouterr().out))
+        assert flags and not [f for f in flags if "-" in f[2:]], f"creditbench {cmd}: {sorted(flags)}"

@@ -8,14 +8,15 @@ A run with ``checkpoint.every > 0`` owns a directory ``<checkpoint.dir>/<run nam
 The checkpoint holds what the next step depends on: the weights that train (the frozen base and
 reference come back from the base checkpoint), AdamW's state, the scheduler, Lightning's loop
 progress, the torch / numpy / Python RNG states, the data position (batches consumed, refill
-prompts drawn), the module's counters and eval history, the credit-probe group, and the metrics not
-yet in MLflow.
+prompts drawn), the module's counters, eval history and the credit-probe group.
 
-Metrics are held back until the checkpoint of their step is on disk (:class:`MetricSink`), then
-logged. A run killed at any point therefore finds in MLflow at most the steps of its last
-checkpoint; the steps it redoes after resuming are logged once. The held-back metrics travel
-inside the checkpoint, and on resume only the (key, step) pairs MLflow does not have are logged,
-so a crash between writing a checkpoint and logging its metrics loses nothing either.
+Metrics go to MLflow the moment a step computes them (:class:`MetricSink`), with their real
+timestamps, so a running run can be watched. A run killed after its last checkpoint has logged
+some steps the checkpoint does not hold; resuming redoes those steps, and the replay computes the
+same values (the RNG states, data position and weights are restored), so the sink of a resumed run
+reads, once, the last step of each metric MLflow already has and drops every (key, step) pair at or
+before it, and a table (an eval's completions) whose artifact already exists. Every (key, step)
+is then in the run exactly once, with the timestamp of when it was first measured.
 """
 
 from __future__ import annotations
@@ -111,79 +112,64 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-# ------------------------------------------------------------------ metrics held back until checkpointed
+# ------------------------------------------------------------------ metrics, logged live
 class MetricSink:
-    """Where the module's metrics and tables go. Without checkpoints: straight to the logger. With
-    them: held back until :meth:`flush`, which the checkpoint callback calls once the checkpoint of
-    their step is on disk, and which skips what MLflow already has (a resumed run redoing steps)."""
+    """Where the module's metrics and tables go: to MLflow at once. A ``resumed`` run (one that
+    continues an MLflow run from a checkpoint; only the first process, which logs, knows it is one)
+    first learns what the run already has and drops the (key, step) pairs and tables it would log
+    twice (see the module docstring)."""
 
-    def __init__(self, logger, hold: bool):
-        self.logger, self.hold = logger, hold
-        self.pending: list[tuple[int, dict[str, float]]] = []
-        self.tables: list[tuple[str, dict[str, list]]] = []
-        self._logged: dict[str, int] | None = None  # the last step of each key MLflow has (read once, lazily)
+    def __init__(self, logger, resumed: bool = False):
+        self.logger, self.resumed = logger, resumed
+        self._logged: dict[str, int] | None = None  # resumed: the last step of each key MLflow has (read once)
+        self._artifacts: dict[str, set[str]] = {}  # resumed: the files of each artifact folder (read once each)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if self.logger is None:
             return
-        if self.hold:
-            self.pending.append((step, dict(metrics)))
-        else:
+        if self.resumed:
+            logged = self._last_steps()
+            metrics = {k: v for k, v in metrics.items() if step > logged.get(k, -1)}
+        if metrics:
             self.logger.log_metrics(metrics, step=step)
 
     def table(self, artifact_file: str, data: dict[str, list]) -> None:
         if self.logger is None:
             return
-        if self.hold:
-            self.tables.append((artifact_file, data))
-        else:
-            self.logger.experiment.log_table(self.logger.run_id, data=data, artifact_file=artifact_file)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"pending": self.pending, "tables": self.tables}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pending, self.tables = list(state["pending"]), list(state["tables"])
-
-    def flush(self) -> None:
-        """Log everything held back that MLflow does not have yet."""
-        if self.logger is None or not (self.pending or self.tables):
-            return
         client, run_id = self.logger.experiment, self.logger.run_id
+        if self.resumed:  # log_table appends rows to an existing table
+            folder = str(Path(artifact_file).parent)
+            if folder not in self._artifacts:
+                self._artifacts[folder] = {
+                    f.path for f in client.list_artifacts(run_id, None if folder == "." else folder)
+                }
+            if artifact_file in self._artifacts[folder]:
+                return
+            self._artifacts[folder].add(artifact_file)
+        client.log_table(run_id, data=data, artifact_file=artifact_file)
+
+    def _last_steps(self) -> dict[str, int]:
         if self._logged is None:
+            client, run_id = self.logger.experiment, self.logger.run_id
             self._logged = {}
-            keys = {k for _, m in self.pending for k in m} | set(client.get_run(run_id).data.metrics)
-            for key in keys:
+            for key in client.get_run(run_id).data.metrics:
                 history = client.get_metric_history(run_id, key)
                 if history:
                     self._logged[key] = max(m.step for m in history)
-        for step, metrics in self.pending:
-            new = {k: v for k, v in metrics.items() if step > self._logged.get(k, -1)}
-            if new:
-                self.logger.log_metrics(new, step=step)
-                self._logged.update(dict.fromkeys(new, step))
-        folders: dict[str, set[str]] = {}
-        for artifact_file, data in self.tables:
-            folder = str(Path(artifact_file).parent)
-            if folder not in folders:
-                folders[folder] = {f.path for f in client.list_artifacts(run_id, None if folder == "." else folder)}
-            if artifact_file not in folders[folder]:  # log_table appends to an existing table
-                client.log_table(run_id, data=data, artifact_file=artifact_file)
-                folders[folder].add(artifact_file)
-        self.pending, self.tables = [], []
+        return self._logged
 
 
 # ------------------------------------------------------------------ the checkpoint callback
 class RunCheckpoint(Callback):
-    """Writes ``last.ckpt`` every ``every`` RL steps and then lets the sink log what it held back.
+    """Writes ``last.ckpt`` every ``every`` RL steps.
 
     A step that Lightning validates after (every ``eval.every`` steps, and the last) is
     checkpointed at the end of that validation, so the checkpoint holds its evaluation and a
     resumed run does not evaluate again; any other step at the end of its training batch.
     """
 
-    def __init__(self, directory: Path, every: int, eval_every: int, sink: MetricSink):
-        self.path, self.every, self.eval_every, self.sink = directory / "last.ckpt", every, eval_every, sink
+    def __init__(self, directory: Path, every: int, eval_every: int):
+        self.path, self.every, self.eval_every = directory / "last.ckpt", every, eval_every
 
     def _due(self, step: int, trainer) -> bool:
         return step % self.every == 0 or trainer.should_stop
@@ -193,10 +179,6 @@ class RunCheckpoint(Callback):
         validates_next = step % self.eval_every == 0 or trainer.should_stop
         if self._due(step, trainer) and not validates_next:
             self.save(trainer)
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero:  # a resumed run: what its checkpoint held back and MLflow lacks
-            self.sink.flush()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.state.fn == "fit" and not trainer.sanity_checking and self._due(pl_module.rl_step, trainer):
@@ -220,10 +202,6 @@ class RunCheckpoint(Callback):
                 "and run the same command again to resume"
             ) from None
         trainer.strategy.barrier("creditbench-checkpoint")
-        if trainer.is_global_zero:
-            self.sink.flush()
-        else:  # only the first process logs
-            self.sink.pending, self.sink.tables = [], []
 
 
 def resume_point(cfg, directory: Path, client, log=print) -> tuple[str | None, Path | None]:

@@ -28,7 +28,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from bench.config import EvalConfig, RLConfig
 from bench.core import Method, RolloutBatch, Task
-from bench.distributed import all_sum, gather_objects, mean_over_processes, rank, world_size
+from bench.distributed import ShardPlan, all_sum, gather_objects, mean_over_processes, rank, world_size
 from bench.engine import step
 from bench.engine.blame import (
     BlameProbe,
@@ -94,12 +94,13 @@ class RLVRModule(L.LightningModule):
         self._probe: tuple[RolloutBatch, int] | None = None
         self._blame_probe: BlameProbe | None = None
         self._seed: int | None = None  # the run's seed, read at the first setup (see setup)
-        self.sink: MetricSink | None = None  # set by a run that checkpoints; else metrics go to the logger
+        self.sink: MetricSink | None = None  # set by a run (a resumed one skips what MLflow has); else the logger
         self.resumed_from: int | None = None  # the RL step of the checkpoint this run resumed from
         self.last_checkpoint_step: int | None = None  # the RL step of the last checkpoint written or loaded
         self.wall_before = 0.0  # seconds spent by earlier processes of a resumed run
         self.t_start = time.perf_counter()  # when this process's part of the run started
         self.strict_loading = False  # a checkpoint holds only the weights that train (see trainable_state)
+        self.shard_plan: ShardPlan | None = None  # FSDP: how configure_model shards the policies (set by the run)
 
     @property
     def samples(self) -> int:
@@ -128,14 +129,28 @@ class RLVRModule(L.LightningModule):
         if self.resumed_from is not None and self.engine.separate:  # its own weights: the restored ones
             self.engine.sync(self.policy)
 
+    def configure_model(self) -> None:
+        """FSDP (Lightning's ModelParallelStrategy): shard the policy and the reference copy."""
+        for model in (self.policy, self.ref_policy) if self.shard_plan is not None else ():
+            if model is not None:
+                self.shard_plan.apply(model, self.device_mesh)
+
+    def _whole(self, *models):
+        """FSDP: a block in which ``models`` are whole on every process (ShardPlan.gathered); entered
+        and left by every process together. Without FSDP, nothing."""
+        return self.shard_plan.gathered(*models) if self.shard_plan is not None else contextlib.nullcontext()
+
     def configure_optimizers(self):
         opt, schedule = step.make_optimizer(self.policy, self.rl)
+        if self.shard_plan is not None:  # the whole weights a step works with are a copy: gather the new ones
+            opt.register_step_post_hook(lambda *_: self.shard_plan.refresh(self.policy))
         return [opt], [{"scheduler": schedule, "interval": "step"}]
 
     # ------------------------------------------------------------------ one RL step
     def score_batch(self, batch: RolloutBatch, fused: bool) -> Scores | None:
         """:func:`bench.engine.step.score_batch` with this module's policies and method."""
-        return step.score_batch(self.policy, self.ref_policy, self.method, batch, self.rl, fused)
+        with self._whole(self.ref_policy):
+            return step.score_batch(self.policy, self.ref_policy, self.method, batch, self.rl, fused)
 
     def update(self, batch: RolloutBatch, fused: bool, hidden_off: Scores | None = None) -> dict[str, float]:
         """:func:`bench.engine.step.update` with this module's optimizer, schedule and backward."""
@@ -146,11 +161,17 @@ class RLVRModule(L.LightningModule):
     def no_grad_sync(self):
         """A context in which a backward accumulates gradients locally, without the strategy's
         all-reduce (DDP's no_sync): entered for every micro-batch of a minibatch but the last."""
+        if self.shard_plan is not None:  # FSDP: no reduce-scatter (whole gradients accumulate)
+            return self.shard_plan.no_sync(self.policy)
         strategy = self.trainer.strategy if self._trainer is not None else None
         block = getattr(strategy, "block_backward_sync", None)
         return block() if block is not None else contextlib.nullcontext()
 
     def training_step(self, rows: list[dict], batch_idx: int) -> None:
+        with self._whole(self.policy):  # FSDP: gathered once for the step's rollouts, scoring and update
+            self._rl_step(rows)
+
+    def _rl_step(self, rows: list[dict]) -> None:
         rl, sampler = self.rl, self.sampler
         sampler.verify_s = 0.0
         counted = sampler.samples, sampler.tokens
@@ -213,6 +234,8 @@ class RLVRModule(L.LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
+        self._eval_block = self._whole(self.policy)  # FSDP: processes may have different numbers of eval batches
+        self._eval_block.__enter__()
         self.evals.start()
 
     def validation_step(self, rows: list[dict], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -257,15 +280,17 @@ class RLVRModule(L.LightningModule):
         primary = entry["eval"][next(iter(self.eval_tasks))]["pass_at_1"]
         # the same value in every process (the results were gathered)
         self.log("eval_pass_at_1", primary, prog_bar=True, logger=False, sync_dist=True)
+        self._eval_block.__exit__(None, None, None)
 
     # ------------------------------------------------------------------ credit probe (bench.engine.probe)
     def make_probe(self, rows: list[dict], seed: int = 1234) -> bool:
         """Fix the group to show each method's credit on (see :func:`bench.engine.probe.find_probe`).
         Returns whether one was found."""
-        found = find_probe(self.sampler, rows, self.rl, self._rng_devices(), seed)
-        if found is not None:
-            self._probe = found
-        self.make_blame_probe(rows)
+        with self._whole(self.policy, self.ref_policy):
+            found = find_probe(self.sampler, rows, self.rl, self._rng_devices(), seed)
+            if found is not None:
+                self._probe = found
+            self.make_blame_probe(rows)
         return found is not None
 
     def make_blame_probe(self, rows: list[dict]) -> bool:
@@ -283,7 +308,8 @@ class RLVRModule(L.LightningModule):
         if self._blame_probe is None:
             return {}
         args = self.policy, self.ref_policy, self.method, self.sampler, self.rl, self._blame_probe
-        return blame_alignment(*args, self._rng_devices())
+        with self._whole(self.policy, self.ref_policy):
+            return blame_alignment(*args, self._rng_devices())
 
     def _log_blame(self, entry: dict[str, Any]) -> None:
         t = time.perf_counter()
@@ -303,9 +329,10 @@ class RLVRModule(L.LightningModule):
         if self._probe is None:
             return None
         batch, row = self._probe
-        out = credit_map(
-            self.policy, self.ref_policy, self.method, self.sampler, self.rl, self._probe, self._rng_devices()
-        )
+        with self._whole(self.policy, self.ref_policy):
+            out = credit_map(
+                self.policy, self.ref_policy, self.method, self.sampler, self.rl, self._probe, self._rng_devices()
+            )
         return out | {"blame": blame_tokens(self.sampler, batch.select(torch.tensor([row])))[0]}
 
     def _rng_devices(self) -> list[int]:
@@ -313,8 +340,8 @@ class RLVRModule(L.LightningModule):
 
     @property
     def _out(self) -> MetricSink:
-        """Where metrics and tables go: the run's sink when it checkpoints, else straight to the logger."""
-        return self.sink if self.sink is not None else MetricSink(self.logger, hold=False)
+        """Where metrics and tables go: the run's sink, else straight to the logger."""
+        return self.sink if self.sink is not None else MetricSink(self.logger)
 
     def _log(self, metrics: dict[str, float]) -> None:
         self._out.log({k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}, self.rl_step)
@@ -332,7 +359,6 @@ class RLVRModule(L.LightningModule):
             "probe": probe_state(self._probe),
             "blame_probe": blame_probe_state(self._blame_probe),
             "rng": gather_objects(rng_states()),
-            "sink": self.sink.state_dict() if self.sink is not None else None,
             "wall_s": self.wall_before + time.perf_counter() - self.t_start,
         }
 
@@ -347,6 +373,4 @@ class RLVRModule(L.LightningModule):
         if c["probe"] is not None:
             self._probe = probe_from_state(c["probe"])
         self._blame_probe = blame_probe_from_state(c.get("blame_probe"))
-        if self.sink is not None and c["sink"] is not None:
-            self.sink.load_state_dict(c["sink"])
         set_rng_states(c["rng"][rank()] if len(c["rng"]) == world_size() else c["rng"][0])

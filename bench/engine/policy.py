@@ -76,9 +76,10 @@ def build_tiny(size: str, seed: int = 0, max_positions: int = 256):
     return model, tokenizer
 
 
-def load_policy(name_or_path: str | Path, dtype: str = "float32"):
+def load_policy(name_or_path: str | Path, dtype: str = "float32", accepts: str | None = None):
     """Load a causal LM and its tokenizer through ``from_pretrained`` (a local directory or a
-    Hugging Face Hub id). Padding is on the left, as batched generation needs."""
+    Hugging Face Hub id). Padding is on the left, as batched generation needs. ``accepts``: what the
+    calling command takes as a model, for the error (default: what a training run takes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     adapter = Path(str(name_or_path)).expanduser() / "adapter_config.json"
@@ -90,7 +91,8 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32"):
     except (OSError, ValueError) as e:  # missing files, unreachable Hub, malformed repo id
         raise CreditBenchError(
             f"cannot load model {str(name_or_path)!r}: {str(e).splitlines()[0]} "
-            f"(give a local directory, a Hub id reachable from this machine, or a tiny size: {', '.join(TINY_SIZES)})"
+            f"(give {accepts or 'a local directory, a Hub id reachable from this machine, or a tiny size'}"
+            f"{'' if accepts else ': ' + ', '.join(TINY_SIZES)})"
         ) from None
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
@@ -108,14 +110,28 @@ def _load_adapter(directory: Path, dtype: str):
     return PeftModel.from_pretrained(model, str(directory)).merge_and_unload(), tokenizer
 
 
-def save_policy(model, tokenizer, out: Path) -> Path:
+def full_state(model) -> dict[str, Tensor] | None:
+    """The whole weights of an FSDP-sharded ``model`` on the first process (on CPU; {} elsewhere), for
+    :func:`save_policy`; None for a model that is not sharded. A collective under FSDP: every process
+    calls it."""
+    from torch.distributed.tensor import DTensor
+
+    if not any(isinstance(p, DTensor) for p in model.parameters()):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def save_policy(model, tokenizer, out: Path, state: dict[str, Tensor] | None = None) -> Path:
     """The trained policy through ``save_pretrained`` (under LoRA the adapter alone, whose config
     names its base by absolute path), written beside ``out`` and renamed into place, so a crash
-    never leaves half a policy there. :func:`load_policy` reads either kind back."""
+    never leaves half a policy there. :func:`load_policy` reads either kind back. ``state``: the
+    whole weights of a sharded model (:func:`full_state`), saved in place of its shards."""
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
+    model.save_pretrained(str(tmp), **({} if state is None else {"state_dict": dict(state)}))  # it empties the dict
     tokenizer.save_pretrained(str(tmp))
     adapter = tmp / "adapter_config.json"
     if adapter.is_file():
@@ -201,18 +217,30 @@ def _checkpointed(model) -> bool:
     return model.training and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
+def _sharded(model) -> bool:
+    """Whether ``model`` (or the transformers model under its peft wrapper) is FSDP2-sharded."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model.get_base_model() if hasattr(model, "get_base_model") else model, FSDPModule)
+
+
 def shared_prefix_cache(model, prompt_ids, prompt_mask, position_ids, masked: bool):
     """Run the prompts' first P-1 tokens once per distinct prompt and return their KV cache,
     expanded to every row (a differentiable gather: gradients of rows sharing a prompt add up),
     or None where that is not possible or not worth it. The cache is an ordinary transformers
     ``DynamicCache`` of full-attention layers; anything else (sliding windows, recurrent states,
-    checkpointed layers, which drop caches) takes the plain path."""
+    checkpointed layers, which drop caches) takes the plain path, and so does a forward with gradient
+    through FSDP-sharded layers: FSDP2 reduce-scatters a layer's gradient each time the backward leaves
+    one of its forward calls, so two calls per layer would reduce partial gradients in an order that
+    depends on the rows, and processes with different rows would pair different collectives."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     P = prompt_ids.shape[1]
     cfg = getattr(model, "config", None)
     layer_types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
     if P < 2 or layer_types != {"full_attention"} or getattr(cfg, "use_sliding_window", False) or _checkpointed(model):
+        return None
+    if torch.is_grad_enabled() and _sharded(model):
         return None
     groups = _prompt_groups(prompt_ids, prompt_mask)
     if groups is None:

@@ -138,6 +138,9 @@ class HFRolloutEngine:
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             use_cache=True,
+            # each process generates on its own: under FSDP the weights are gathered whole before the
+            # rollouts (ShardPlan.gathered), so no per-token sync between processes is needed
+            synced_gpus=False,
             **({} if cache is None else {"past_key_values": cache}),
         )
         self.model.train(was_training)

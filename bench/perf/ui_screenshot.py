@@ -14,6 +14,9 @@ How the MLflow 3 UI is driven (hash routes of its single-page app):
 
 * runs table: ``/#/experiments/<id>/runs?searchFilter=..&orderByKey=..&orderByAsc=false
   &compareRunsMode=TABLE&workflowType=machine_learning``; ``compareRunsMode=CHART`` is the chart view.
+  ``workflowType`` picks the UI's mode (the sidebar's GenAI / Model training switch, which the UI keeps
+  per browser, GenAI until changed): the link ``creditbench ui`` prints. The experiment's own tag
+  ``mlflow.experimentKind`` (set by every run) is its type, which that switch does not follow.
   Sorting by any key but the start time lists child runs flat instead of nested under their parent.
 * the shown columns, column widths, run visibility and the chart search text are UI state the app
   keeps in localStorage under ``MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState``;
@@ -60,6 +63,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 VIEWPORT = {"width": 1600, "height": 1000}
+FIRST_ROWS = 12  # the runs-table rows the viewport shows, at least
 TAG_COLUMNS = ("method", "model", "model_params", "seed")
 UI_STATE_KEY = 'MLflowLocalStorage-1.1-ExperimentPage-["{eid}"]-ReactComponentState'
 # Keep MLflow's assistant side panel closed so it doesn't cover the table.
@@ -161,6 +165,13 @@ def seed_ui_state(ctx: Any, eid: str, state: dict) -> None:
     )
 
 
+def in_training_mode(page: Any) -> bool:
+    """Whether the page shows the UI's model-training mode: its experiment sidebar lists *Models*
+    and *Model registry*, where the GenAI mode lists *Sessions* and *Judges*."""
+    link = lambda name: page.get_by_role("link", name=name, exact=True).count()  # noqa: E731
+    return link("Model registry") > 0 and link("Judges") == 0
+
+
 def chart_card(page: Any, metric: str) -> Any:
     """The chart-view card whose title is ``metric``."""
     return page.locator("[data-testid='experiment-view-compare-runs-card']").filter(
@@ -169,9 +180,10 @@ def chart_card(page: Any, metric: str) -> Any:
 
 
 def open_runs_table(page: Any, base: str, eid: str, sweep: str, metric: str, names: list[str]) -> None:
-    """Load the sweep's runs table and wait until every run name is on it."""
+    """Load the sweep's runs table and wait until the first of ``names`` (in the table's order: best
+    ``metric`` first) are on it: a big sweep's other rows are below the fold, not yet drawn."""
     page.goto(runs_url(base, eid, sweep_filter(sweep), f"metrics.`{metric}`"))
-    for name in names:
+    for name in names[:FIRST_ROWS]:
         page.get_by_role("link", name=name, exact=True).first.wait_for(state="visible")
     page.wait_for_timeout(500)  # let the column layout settle
 
@@ -246,11 +258,14 @@ def screenshot(
         eid = experiment_id(base, experiment)
         runs = sweep_runs(base, eid, sweep)
         metric = pass_at_1_metric(runs)
-        names = [run_name(r) for r in runs]
+        value = lambda r: next((m["value"] for m in r.get("data", {}).get("metrics", []) if m["key"] == metric), -1.0)  # noqa: E731
+        names = [run_name(r) for r in sorted(runs, key=value, reverse=True)]  # the table's order
         with browser() as ctx:
             seed_ui_state(ctx, eid, ui_state(metric, x_axis=x_axis))
             page = ctx.new_page()
             open_runs_table(page, base, eid, sweep, metric, names)
+            if not in_training_mode(page):
+                raise CreditBenchError("the MLflow UI did not open in its model-training mode")
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(out))
             written.append(Path(out))

@@ -1,4 +1,4 @@
-"""What a sweep's design can resolve before it runs: ``creditbench sweep SPEC --dry-run`` prints the
+"""What a sweep's design can resolve before it runs: ``creditbench sweep SPEC --dry_run`` prints the
 minimum detectable difference of its primary comparisons (bench.report.inference.design_mde), so a
 user sizes seeds and eval before spending the compute.
 

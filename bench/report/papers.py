@@ -299,7 +299,7 @@ def table(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``creditbench table --paper NAME [--sweep SWEEP ...] [--results-dir results]``."""
+    """``creditbench table --paper NAME [--sweep SWEEP ...] [--results_dir results]``."""
     from bench.run.args import ArgumentParser
 
     ap = ArgumentParser(
@@ -314,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a sweep whose results/<SWEEP>/report.json to read; repeat for several (first match "
         "wins); default: the paper's own sweep spec's name",
     )
-    ap.add_argument("--results-dir", default="results", help="where the sweeps' folders are (default: results)")
+    ap.add_argument("--results_dir", default="results", help="where the sweeps' folders are (default: results)")
     ap.add_argument(
-        "--papers-dir", default=None, help="where the paper YAMLs are (default: the shipped results/papers)"
+        "--papers_dir", default=None, help="where the paper YAMLs are (default: the shipped results/papers)"
     )
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
     try:

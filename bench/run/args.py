@@ -1,13 +1,48 @@
 """The command line's argument parsing, shared by every ``creditbench`` command: an argparse whose
-errors are one line, the typed parser of a run config, and jsonargparse's errors made readable."""
+errors are one line, the typed parser of a run config, and jsonargparse's errors made readable.
+
+One flag style for every command: options are spelt as the run config's YAML keys are, in
+snake_case (``--rl.max_new_tokens``, ``--num_problems``, ``--dry_run``), as LightningCLI and TRL
+spell theirs; the kebab-case spelling (``--num-problems``) is accepted everywhere as an alias. A
+negative number is a value, not an option: ``--rl.lr -1e-4`` works as ``--rl.lr=-1e-4`` does."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-inf$")
+"""What argparse takes for a negative number rather than an option (its own pattern misses 1e-4)."""
+OPTION = re.compile(r"--[A-Za-z][\w.-]*")
+
+
+def spell(argv: list[str]) -> list[str]:
+    """``argv`` with every long option in snake_case (``--num-problems=4`` -> ``--num_problems=4``);
+    values, and everything after a bare ``--``, as given."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if OPTION.fullmatch(name):
+            out[i] = "--" + name[2:].replace("-", "_") + eq + value
+    return out
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line ``creditbench: error: ...`` (a CreditBenchError), no usage."""
+    """argparse whose errors are one line ``creditbench: error: ...`` (a CreditBenchError), no usage;
+    options declared and parsed in snake_case (see the module docstring); negative numbers as values."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
+
+    def add_argument(self, *names, **kwargs):
+        return super().add_argument(*spell(list(names)), **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        return super().parse_known_args(spell(sys.argv[1:] if args is None else list(args)), namespace)
 
     def error(self, message: str):
         from bench.errors import CreditBenchError
@@ -22,14 +57,21 @@ def train_parser():
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)  # every field's docstring in --help
 
-    p = ArgumentParser(
+    class TrainParser(ArgumentParser):
+        """jsonargparse with the flag spelling and negative numbers of every other command."""
+
+        def parse_args(self, args=None, *rest, **kwargs):
+            return super().parse_args(spell(sys.argv[1:] if args is None else list(args)), *rest, **kwargs)
+
+    p = TrainParser(
         prog="creditbench train",
         description="Train one policy with one method on one task.",
         exit_on_error=False,
         default_env=False,
     )
     p.add_argument("--config", action="config", help="a run YAML file (see results/configs/)")
-    p.add_argument("--no-progress", action="store_true", help="hide Lightning's progress bars")
+    p.add_argument("--no_progress", action="store_true", help="hide Lightning's progress bars")
+    p._negative_number_matcher = NEGATIVE_NUMBER
     p.add_class_arguments(RunConfig, None)
     return p
 
@@ -56,7 +98,8 @@ def config_error(e: BaseException) -> str:
     section = re.search(r"""Parser key "([\w.]+)": Unable to load config ['"](.*?)['"]""", text)
     if section:
         return f"{section[1]} must be a mapping of its settings ({section[1]}: {{...}}), got {section[2]!r}"
-    return text
+    text = re.sub(r"<class '(\w+)'>", r"\1", text)  # "Expected a <class 'float'>" -> "Expected a float"
+    return re.sub(r'^Parser key "([\w.]+)": ', r"\1: ", text)
 
 
 def unknown_setting(key: str) -> str | None:
@@ -97,3 +140,99 @@ def quiet_libraries() -> None:
     )
     for name in ("transformers", "lightning.pytorch.utilities.rank_zero", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# ------------------------------------------------------------------ where in a YAML file an error is
+def load_yaml(path) -> object:
+    """A YAML file's content; malformed YAML is one line ``PATH:LINE:COLUMN: not valid YAML: ...`` at
+    the place the parser stopped (its problem mark, not the start of the enclosing block)."""
+    import yaml
+
+    from bench.errors import CreditBenchError
+
+    try:
+        return yaml.safe_load(open(path).read())
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        context = f" ({e.context} at line {e.context_mark.line + 1})" if e.context and e.context_mark else ""
+        raise CreditBenchError(f"{where}: not valid YAML: {e.problem or e}{context}") from None
+    except yaml.YAMLError as e:
+        raise CreditBenchError(f"{path}: not valid YAML: {first_line(e)}") from None
+
+
+def yaml_lines(path) -> tuple[dict[str, int], list[tuple[str, str, int]]]:
+    """The line of every key of a YAML file (dotted: ``rl.sampling.top_p``; an entry of a list under
+    its list's key) and every scalar value as (value, key, line); empty where the file does not parse."""
+    import yaml
+
+    keys: dict[str, int] = {}
+    values: list[tuple[str, str, int]] = []
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = f"{prefix}.{k.value}" if prefix else str(k.value)
+                keys.setdefault(key, k.start_mark.line + 1)
+                walk(v, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                walk(item, prefix)
+        elif isinstance(node, yaml.ScalarNode):
+            values.append((node.value, prefix, node.start_mark.line + 1))
+
+    try:
+        walk(yaml.compose(open(path).read()), "")
+    except (OSError, yaml.YAMLError):
+        pass
+    return keys, values
+
+
+def locate(path, message: str) -> str | None:
+    """``PATH:LINE: `` of what ``message`` complains about in the YAML file ``path``: the key it starts
+    with or names (``rl.lr must be ...``), else the value it quotes (``unknown method 'grpoo'``)."""
+    keys, values = yaml_lines(path)
+    head = re.match(r"(\w+)(?: (\w+))?", message)  # "rl.lr must ...", "budget samples must ..."
+    named = ([f"{head[1]}.{head[2]}"] if head[2] else []) + [head[1]] if head else []
+    named = [*re.findall(r"^[\w.]+", message), *named, *re.findall(r"\b[A-Za-z_]\w*(?:\.\w+)+\b", message)]
+    for key in named:
+        found = keys.get(key) or next((line for k, line in keys.items() if k.endswith(f".{key}")), None)
+        if found:  # a key at the top or, dotted, in a mapping of overrides: overrides.rl.lr
+            return f"{path}:{found}: "
+    for quoted in re.findall(r"'([^']+)'", re.split(r" Did you mean | Valid ", message)[0]):  # not the choices
+        found = keys.get(quoted) or next((line for k, line in keys.items() if k.endswith(f".{quoted}")), None)
+        if found:  # a misspelt key: "unknown sweep spec key 'seedz'"
+            return f"{path}:{found}: "
+        for value, key, line in values:
+            if value == quoted:
+                return f"{path}:{line}: {key}: " if key and key not in message else f"{path}:{line}: "
+    return None
+
+
+def config_files(argv: list[str]) -> list[str]:
+    """The run YAML files ``argv`` gives with ``--config`` (in order: a later one overrides)."""
+    argv = spell(argv)
+    files = []
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            files.append(argv[i + 1])
+        elif a.startswith("--config="):
+            files.append(a.split("=", 1)[1])
+    return files
+
+
+def from_files(argv: list[str], message: str) -> str:
+    """``message`` prefixed with the file and line it comes from, unless the command line sets the
+    key it names (the command line is then where to look)."""
+    head = re.match(r"([\w.]+)[: ]", message)
+    argv = spell(argv)
+    for i, a in enumerate(argv):  # the key's value on the command line, where the message quotes it
+        name, eq, value = a.partition("=")
+        value = value if eq else argv[i + 1] if i + 1 < len(argv) else ""
+        if head and name == f"--{head[1]}" and value and value in message:
+            return message
+    for path in reversed(config_files(argv)):
+        where = locate(path, message)
+        if where:
+            return where + message
+    return message

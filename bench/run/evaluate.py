@@ -2,8 +2,8 @@
 released model before comparing against it.
 
     creditbench eval --model PATH_OR_HUB_ID --task math500 [--n 16 --k 1,4,16]
-                     [--temperature 0.6 --top-p 0.95 --max-new-tokens 3072] [--num-problems N]
-                     [--template qwen-math] [--data-dir DIR] [--allow-code-execution]
+                     [--temperature 0.6 --top_p 0.95 --max_new_tokens 3072] [--num_problems N]
+                     [--template qwen-math] [--data_dir DIR] [--allow_code_execution]
 
 It samples ``n`` completions per problem with the HF engine, grades them with the task's
 verifier, and reports unbiased pass@k with standard errors over problems (the same PassAtK metric
@@ -28,6 +28,12 @@ from bench.errors import CreditBenchError
 from bench.run.args import first_line
 from bench.run.tracking import default_uri
 
+MODELS = (
+    "a saved model directory, the MLflow run id of a training run (its saved policy), or a Hugging Face "
+    "Hub id (with HF_HUB_OFFLINE set: one in the local Hub cache)"
+)
+"""What ``--model`` takes, for its errors (a tiny size is not a checkpoint: eval refuses it)."""
+
 
 def parser() -> argparse.ArgumentParser:
     from bench.run.args import ArgumentParser
@@ -42,27 +48,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, help="a registered task (see `creditbench tasks`)")
     p.add_argument("--n", type=int, default=16, help="samples per problem (default 16)")
     p.add_argument("--k", default="1,4,16", help="comma-separated k for pass@k, each <= n (default 1,4,16)")
-    p.add_argument("--num-problems", type=int, default=0, help="evaluate the first N problems (0: all)")
+    p.add_argument("--num_problems", type=int, default=0, help="evaluate the first N problems (0: all)")
     p.add_argument("--split", default="eval", help="task split (default eval)")
     p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-new-tokens", type=int, default=3072)
-    p.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
+    p.add_argument("--top_p", type=float, default=0.95)
+    p.add_argument("--max_new_tokens", type=int, default=3072)
+    p.add_argument("--batch_size", type=int, default=64, help="sequences per generate call")
     p.add_argument("--template", default=None, help="the task's prompt template (default: the task's own)")
     p.add_argument(
-        "--data-dir",
+        "--data_dir",
         default=None,
         help="local directory with the upstream data files (default $CREDITBENCH_DATA, else the Hub)",
     )
     p.add_argument(
-        "--task-option",
+        "--task_option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="any other task option (value parsed as JSON when it can be)",
     )
     p.add_argument(
-        "--allow-code-execution",
+        "--allow_code_execution",
         action="store_true",
         help="run model-written programs in the sandbox (required by code tasks)",
     )
@@ -75,8 +81,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--uri", default=default_uri())
     p.add_argument("--experiment", default="creditbench-eval")
-    p.add_argument("--run-name", default=None)
-    p.add_argument("--samples-to-log", type=int, default=32, help="completions logged as an MLflow table")
+    p.add_argument("--run_name", default=None)
+    p.add_argument("--samples_to_log", type=int, default=32, help="completions logged as an MLflow table")
     p.add_argument("--out", default=None, help="also write the result JSON here")
     return p
 
@@ -85,7 +91,7 @@ def _task_options(a: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in a.task_option:
         if "=" not in item:
-            raise CreditBenchError(f"--task-option expects KEY=VALUE, got {item!r}")
+            raise CreditBenchError(f"--task_option expects KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         try:
             options[key] = json.loads(value)
@@ -113,7 +119,7 @@ def main(argv: list[str]) -> int:
     )
     check(
         a.num_problems >= 0 and a.batch_size >= 1 and a.max_new_tokens >= 1,
-        "--num-problems must be >= 0, --batch-size and --max-new-tokens >= 1",
+        "--num_problems must be >= 0, --batch_size and --max_new_tokens >= 1",
     )
     task_cls = TASKS.get(a.task)
     task = task_cls(build_config(task_cls.Config, _task_options(a), f"task {a.task!r}"))
@@ -127,13 +133,14 @@ def main(argv: list[str]) -> int:
 
     if a.model in TINY_SIZES:
         raise CreditBenchError(
-            f"--model {a.model!r} is a size, not a checkpoint: give a saved model directory "
-            f"(e.g. a base checkpoint under .creditbench/cache) or a Hub id"
+            f"--model {a.model!r} is a size, not a checkpoint: give {MODELS} "
+            "(e.g. a base checkpoint under .creditbench/cache)"
         )
     if re.fullmatch(r"[0-9a-f]{32}", a.model) and not Path(a.model).exists():  # an MLflow run id
         a.model = run_policy(a.model, a.uri)
     if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
-        raise CreditBenchError(f"model directory {a.model!r} does not exist (give a saved model directory or a Hub id)")
+        raise CreditBenchError(f"model directory {a.model!r} does not exist (give {MODELS})")
+    _check_offline_hub_id(a.model)
     from bench.run.tracking import check_tracking_uri
 
     check_tracking_uri(a.uri)  # before the sampling: an unusable store would otherwise fail only at the end
@@ -146,6 +153,24 @@ def main(argv: list[str]) -> int:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=2))
     return 0
+
+
+def _check_offline_hub_id(model: str) -> None:
+    """Offline (HF_HUB_OFFLINE), a Hub id must be in the local cache: refused here, before the data,
+    the tracking store and the sampling, rather than when its weights fail to load."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if not constants.HF_HUB_OFFLINE or Path(model).expanduser().is_dir():
+        return
+    try:
+        cached = try_to_load_from_cache(model, "config.json")
+    except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
+        raise CreditBenchError(f"--model {model!r} is neither a directory nor a Hub id: give {MODELS}") from None
+    if not isinstance(cached, str):
+        raise CreditBenchError(
+            f"--model {model!r} is not in the local Hugging Face cache and the Hub is offline (HF_HUB_OFFLINE): "
+            f"give {MODELS}"
+        )
 
 
 def run_policy(run_id: str, uri: str) -> str:
@@ -178,19 +203,22 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
     from bench.engine.metrics import PassAtK, eval_summary, metric_key
     from bench.engine.policy import load_policy
     from bench.engine.rollout import HFRolloutEngine
+    from bench.run.progress import counter
     from bench.run.tracking import git_commit, log_eval_run
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = a.dtype if a.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     sampling = SamplingConfig(temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens)
     t0 = time.perf_counter()
-    model, tokenizer = load_policy(a.model, dtype)
+    model, tokenizer = load_policy(a.model, dtype, accepts=MODELS)
     model.to(device).eval()
     torch.manual_seed(a.seed)
     engine = HFRolloutEngine(model, tokenizer)
     metric = PassAtK(ks)
     per_problem, samples, lengths, truncated, flex = [], [], [], [], []
     step = max(1, a.batch_size // a.n)  # problems per generate call
+    shown = counter(f"eval {a.task}", len(rows), "problem")  # stderr: a bar on a terminal, else lines
+    shown.update(0)
     for start in range(0, len(rows), step):
         chunk = [rows[i] for i in range(start, min(start + step, len(rows)))]
         gen = engine.generate([task.prompt(r, tokenizer) for r in chunk], a.n, sampling)
@@ -215,6 +243,8 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
                         "error": o.error,
                     }
                 )
+        shown.update(len(per_problem), {"pass@1": metric.num_correct() / (len(per_problem) * a.n)})  # so far
+    shown.close()
     wall = time.perf_counter() - t0
     res = eval_summary(metric, lengths, truncated, flex)  # as a training run's evals report them
     res["wall_s"] = wall

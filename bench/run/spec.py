@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import yaml
 from jsonargparse.typing import PositiveInt
 
 from bench.config import TaskSpec
 from bench.core import check
 from bench.errors import CreditBenchError, did_you_mean
+from bench.run.args import load_yaml, locate
 
 TargetOf = Literal["gain", "final"]
 TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
@@ -95,7 +95,7 @@ class Budget:
 
 @dataclass
 class Analysis:
-    """How the report compares methods (bench.report.inference) and how ``--dry-run`` sizes the design."""
+    """How the report compares methods (bench.report.inference) and how ``--dry_run`` sizes the design."""
 
     metric: str = "pass_at_1"
     """The primary metric: the family of comparisons (every label vs its control, per model and task)
@@ -111,11 +111,11 @@ class Analysis:
     """Label -> the label it is compared with instead of the baseline (e.g. a LoRA method with
     the rank-matched LoRA baseline)."""
     sd_train: float | None = None
-    """Prior SD of a run's primary metric from training alone (between seeds), for ``--dry-run``."""
+    """Prior SD of a run's primary metric from training alone (between seeds), for ``--dry_run``."""
     sd_item: float | None = None
-    """Prior within-problem sampling SD (sqrt of the mean of p(1-p) over problems), for ``--dry-run``."""
+    """Prior within-problem sampling SD (sqrt of the mean of p(1-p) over problems), for ``--dry_run``."""
     pilot: str | None = None
-    """A sweep under the results folder whose runs give the variance components for ``--dry-run``
+    """A sweep under the results folder whose runs give the variance components for ``--dry_run``
     (instead of sd_train and sd_item)."""
 
     def __post_init__(self) -> None:
@@ -169,7 +169,7 @@ class SweepSpec:
     """torch threads per run (0: the machine's cores // the sweep's jobs)."""
     analysis: Analysis = field(default_factory=Analysis)
     """The comparison's statistics: primary metric, alpha, power, equivalence margin, controls and the
-    variance prior of ``--dry-run``."""
+    variance prior of ``--dry_run``."""
 
     def __post_init__(self) -> None:
         check(
@@ -229,9 +229,9 @@ def read_spec(path: str | Path) -> SweepSpec:
         raise CreditBenchError(f"sweep spec {str(path)!r} does not exist")
     where = f"sweep spec {path}"
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise CreditBenchError(f"{where}: not valid YAML: {str(e).splitlines()[0]}") from None
+        raw = load_yaml(path)  # malformed YAML: the line and column where it breaks
+    except CreditBenchError as e:
+        raise CreditBenchError(f"sweep spec {e}") from None
     if not isinstance(raw, dict):
         raise CreditBenchError(
             f"{where}: expected a mapping of {', '.join(f.name for f in dataclasses.fields(SweepSpec))}"
@@ -239,7 +239,17 @@ def read_spec(path: str | Path) -> SweepSpec:
     try:
         return SweepSpec(**vars(_parse(SweepSpec, _expand(raw))))
     except CreditBenchError as e:
-        raise CreditBenchError(f"{where}: {e}") from None
+        raise spec_error(path, str(e)) from None
+
+
+def spec_error(path: Path, message: str, base: str | None = None) -> CreditBenchError:
+    """``sweep spec PATH:LINE: message``, at the line of the key or value ``message`` names; where the
+    spec has none, at its line in the spec's ``base`` run config."""
+    where = locate(path, message)
+    base_path = path.parent / base if base else None
+    if where is None and base_path is not None and base_path.is_file():
+        where = f"{path}: base config {locate(base_path, message) or f'{base_path}: '}"
+    return CreditBenchError(f"sweep spec {where or f'{path}: '}{message}")
 
 
 def _expand(raw: dict[str, Any]) -> dict[str, Any]:

@@ -36,5 +36,14 @@ def claim_store(out: Path, uri: str) -> None:
     if recorded_key != key:
         raise CreditBenchError(
             f"{out} holds sweep {out.name!r} tracked in the MLflow store {recorded_uri!r} ({recorded_key}), "
-            f"not {uri!r}: rerun with --uri {recorded_uri!r}, or give this store its own --results-dir"
+            f"not {uri!r}: rerun with --uri {recorded_uri!r}, or give this store its own --results_dir"
         )
+
+
+def recorded_uri(out: Path) -> str | None:
+    """The tracking store results/<sweep>/ was claimed for (its store.json; the absolute spelling, which
+    works from any directory), or None where it has none."""
+    try:
+        return json.loads((out / "store.json").read_text())["store"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

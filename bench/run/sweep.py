@@ -3,7 +3,7 @@
 to ``--jobs`` long-lived worker processes that import everything once (bench.run.worker; a run there
 gives the numbers its own process would), or, isolated, each to a process of its own.
 
-    creditbench sweep results/sweeps/embedded.yaml [--jobs 2] [--dry-run]
+    creditbench sweep results/sweeps/embedded.yaml [--jobs 2] [--dry_run]
 
 The spec's keys are those of :class:`bench.run.spec.SweepSpec` (its module docstring shows a whole
 spec; results/sweeps/ and results/papers/*.sweep.yaml are examples). A run's configuration is the
@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench.config import RunConfig, TaskSpec
 from bench.errors import CreditBenchError
 from bench.run import tracking
+from bench.run.args import load_yaml
 from bench.run.result import RunResult
-from bench.run.spec import MethodEntry, ModelEntry, SweepSpec, read_spec
+from bench.run.spec import MethodEntry, ModelEntry, SweepSpec, read_spec, spec_error
 from bench.run.stores import claim_store
 from bench.run.worker import Isolated, WorkerPool
 
@@ -83,16 +82,21 @@ class Sweep:
 # ------------------------------------------------------------------ loading and validation
 def load_spec(path: str | Path) -> Sweep:
     """Parse and validate a sweep spec completely (every run's configuration is built and resolved,
-    which checks method, task and model names, options and value ranges) without starting anything."""
-    from bench.run.train import resolve
-
+    which checks method, task and model names, options and value ranges) without starting anything;
+    an error names the file and line it comes from."""
     path = Path(path)
     spec = read_spec(path)
-    where = f"sweep spec {path}"
     try:
-        methods = spec.method_entries()
-    except CreditBenchError as e:
-        raise CreditBenchError(f"{where}: {e}") from None
+        return _load(spec, path)
+    except CreditBenchError as e:  # at the line of the spec, else of its base config, that the error names
+        raise spec_error(path, str(e).removeprefix(f"sweep spec {path}: "), spec.base) from None
+
+
+def _load(spec: SweepSpec, path: Path) -> Sweep:
+    from bench.run.train import resolve
+
+    where = f"sweep spec {path}"
+    methods = spec.method_entries()
     base = _base_config(spec.base, path)
     tasks = spec.tasks or [TaskSpec(base.get("task", {}).get("name", "arithmetic"))]
     runs = []
@@ -179,7 +183,7 @@ def _base_config(base: str | None, spec_path: Path) -> dict[str, Any]:
     p = (spec_path.parent / base) if not Path(base).is_absolute() else Path(base)
     if not p.is_file():
         raise CreditBenchError(f"sweep spec {spec_path}: base config {str(p)!r} does not exist")
-    d = yaml.safe_load(p.read_text()) or {}
+    d = load_yaml(p) or {}
     if not isinstance(d, dict):
         raise CreditBenchError(f"base config {p}: expected a mapping of run config fields")
     for key, value in d.items():

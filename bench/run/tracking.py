@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -47,10 +48,12 @@ CHECK_TIMEOUT_S = 5.0
 def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S) -> None:
     """Refuse, with one line and before anything is written, a tracking URI that cannot work.
 
-    - ``http(s)://``: the server must answer ``GET <uri>/health`` within ``timeout`` seconds (any
-      HTTP status but a gateway's 502/503/504, or a TLS handshake, counts as an answer; a refused
-      connection, an unknown host or silence does not). MLflow's own client retries an unreachable
-      server with backoff for minutes before it gives up.
+    - ``http(s)://``: the server must answer MLflow's REST API (``GET <uri>/api/2.0/mlflow/
+      experiments/search``) within ``timeout`` seconds, as MLflow does: with JSON, or with 401/403
+      (a server that wants credentials) or a TLS handshake. A refused connection, an unknown host,
+      silence or a gateway's 502/503/504 means nothing is there (MLflow's own client retries that
+      for minutes before it gives up); any other answer means the URI names a web server that is not
+      MLflow's, which MLflow would report only at the run's first write, after the model loads.
     - ``sqlite:///PATH``: the directory of PATH must exist (MLflow would create it silently, so a
       mistyped path would start a new, empty store elsewhere), and PATH, where it exists, must be an
       SQLite database file.
@@ -141,13 +144,14 @@ def _check_server(uri: str, timeout: float) -> None:
         raise CreditBenchError(f"MLflow tracking URI {shown!r} names no host (e.g. http://127.0.0.1:5000)")
     port = port or (443 if parts.scheme.lower() == "https" else 80)
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # credentials are not needed to see it answer
-    url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
+    api = parts.path.rstrip("/") + "/api/2.0/mlflow/experiments/search"
+    url = urlunsplit((parts.scheme, netloc, api, "max_results=1", ""))
     try:
-        with urllib.request.urlopen(url, timeout=timeout):
-            return
-    except urllib.error.HTTPError as e:  # it answered (401, 403, 404, ...): a server is there, unless a proxy
-        if e.code not in (502, 503, 504):  # in front of it says it is not (MLflow would retry those for minutes)
-            return
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return _mlflow_answer(shown, api, answer.status, answer.read(65536))
+    except urllib.error.HTTPError as e:  # it answered: MLflow (an error in JSON, or credentials wanted) or
+        if e.code not in (502, 503, 504):  # not; a proxy's 502-504 say its server is down (MLflow would retry)
+            return _mlflow_answer(shown, api, e.code, e.read(65536))
         reason = f"HTTP {e.code} {e.reason}"
     except urllib.error.URLError as e:
         if isinstance(e.reason, ssl.SSLError):  # a TLS handshake happened: a server is there
@@ -165,6 +169,26 @@ def _check_server(uri: str, timeout: float) -> None:
     )
 
 
+def _mlflow_answer(shown: str, api: str, status: int, body: bytes) -> None:
+    """Refuse an HTTP answer that MLflow's tracking server would not give: its REST API answers in JSON
+    (``{"experiments": ...}`` or ``{"error_code": ...}``), or 401/403 when it wants credentials."""
+    import json
+
+    if status in (401, 403):
+        return
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and ("experiments" in answer or "error_code" in answer or not answer):
+        return
+    raise CreditBenchError(
+        f"MLflow tracking URI {shown!r} answers HTTP but is not an MLflow tracking server (GET {api} gave "
+        f"HTTP {status}{', not JSON' if answer is None else ''}); give the address `mlflow server` "
+        "serves (e.g. http://127.0.0.1:5000) or a local sqlite:/// URI (e.g. sqlite:///mlflow.db)"
+    )
+
+
 @functools.cache
 def _run_logger():
     from lightning.pytorch.loggers import MLFlowLogger
@@ -173,23 +197,37 @@ def _run_logger():
         """Lightning finalizes its loggers as successful at the end of every trainer call (the
         validation before ``fit`` included). A run here is finished only when :meth:`end` says so:
         until then it stays RUNNING, and a run killed mid-way is left RUNNING (an exception still
-        marks it FAILED)."""
+        marks it FAILED). The run's system-metrics monitor (if any) stops with it."""
+
+        monitor = None
 
         def finalize(self, status: str = "success") -> None:
             if status not in ("success", "finished"):
+                self.stop_monitor()
                 super().finalize(status)
 
         def end(self, status: str = "success") -> None:
+            self.stop_monitor()
             super().finalize(status)
+
+        def stop_monitor(self) -> None:
+            if self.monitor is not None:
+                self.monitor.finish()
+                self.monitor = None
 
     return RunLogger
 
 
 def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], run_id: str | None = None):
     """A Lightning MLFlowLogger on ``uri`` (continuing the run ``run_id`` when given: a resumed
-    run); fails early, with one line, if the store is unusable. The run ends with ``logger.end(status)``."""
+    run); fails early, with one line, if the store is unusable. The run ends with ``logger.end(status)``.
+    The experiment is tagged as model training (:func:`mark_training`), and the run samples system
+    metrics until it ends (off with MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=false)."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
     check_tracking_uri(uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    first = rank_zero_only.rank == 0  # the process that logs (the others' loggers do nothing)
     try:  # the constructor opens the store already (e.g. MLflow refuses a file store there)
         logger = _run_logger()(
             experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags, run_id=run_id, synchronous=True
@@ -197,9 +235,31 @@ def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], 
         _ = logger.run_id  # creates the experiment and the run
         if run_id is not None:  # a killed run was left RUNNING, an interrupted one KILLED
             logger.experiment.update_run(run_id, status="RUNNING")
+        if first:
+            mark_training(logger.experiment, logger.experiment_id)
     except Exception as e:  # mlflow raises many types for an unusable store
         raise _unusable(uri, e) from None
+    if first and os.environ.get("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true").lower() not in ("false", "0"):
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # not 4 lines of INFO a run
+        # CPU, memory, disk, network (and GPU with pynvml) every 10 s as system/... metrics, on
+        # the System metrics tab; a resumed run continues their steps
+        logger.monitor = SystemMetricsMonitor(logger.run_id, resume_logging=run_id is not None, tracking_uri=uri)
+        logger.monitor.start()
     return logger
+
+
+TRAINING_KIND = "custom_model_development"
+"""The value of the experiment tag ``mlflow.experimentKind`` that makes the MLflow 3 UI open an
+experiment in its model-training mode (runs table, charts, system metrics) rather than the GenAI
+one (traces, evaluations); the UI's own experiment-type switch writes the same tag."""
+
+
+def mark_training(client, experiment_id: str) -> None:
+    """Tag the experiment as model training, unless someone already chose its kind."""
+    if "mlflow.experimentKind" not in client.get_experiment(experiment_id).tags:
+        client.set_experiment_tag(experiment_id, "mlflow.experimentKind", TRAINING_KIND)
 
 
 def client(uri: str):
@@ -232,7 +292,7 @@ def log_eval_run(
 
     mlflow.set_tracking_uri(uri)
     try:
-        mlflow.set_experiment(experiment)
+        mark_training(mlflow.MlflowClient(uri), mlflow.set_experiment(experiment).experiment_id)
     except Exception as e:  # an unusable store raises many types
         raise _unusable(uri, e) from None
     with mlflow.start_run(run_name=run_name, tags=tags) as run:
@@ -263,7 +323,11 @@ def log_dict(logger, data: dict[str, Any], name: str) -> None:
 def experiment_id(client, name: str) -> str:
     """The id of the experiment ``name``, created if it does not exist."""
     exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp is not None else client.create_experiment(name)
+    if exp is not None:
+        return exp.experiment_id
+    eid = client.create_experiment(name)
+    mark_training(client, eid)
+    return eid
 
 
 def sweep_run(client, experiment: str, sweep: str) -> str | None:

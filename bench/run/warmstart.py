@@ -22,6 +22,7 @@ from bench.core import Task
 from bench.engine.policy import build_tiny, num_parameters
 from bench.engine.rollout import HFRolloutEngine
 from bench.errors import CreditBenchError
+from bench.run.progress import duration
 
 RECIPE_VERSION = "1"  # bump when a code change alters what the warm-start produces: it invalidates the cache
 CHECK_ROWS = 200  # held-out train rows used for the accuracy check (not trained on here)
@@ -105,9 +106,18 @@ def base_checkpoint(
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs wait for one warm-start
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # concurrent runs wait for one warm-start
+            print(
+                f"warm-start: waiting for another process to finish building the {size} base checkpoint "
+                f"for {task_name!r} ({out}); this run starts from it when it is done",
+                flush=True,
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / "warmstart.json").exists():
             return out
+        print(announcement(task_name, size, cfg, out), flush=True)
         rows = task.load("train")
         if "solution" not in rows.column_names:
             raise CreditBenchError(
@@ -127,6 +137,8 @@ def base_checkpoint(
             generator=torch.Generator().manual_seed(cfg.seed),
             drop_last=True,
         )
+        from bench.run.lineage import log_task_data
+        from bench.run.progress import optimizer_steps, step_progress
         from bench.run.tracking import flatten, git_commit, log_dict, make_logger
 
         logger = make_logger(
@@ -143,6 +155,7 @@ def base_checkpoint(
             },
         )
         logger.log_hyperparams({f"warmstart.{k}": v for k, v in flatten(cfg).items()})
+        log_task_data(logger, task_name, task, "train", train_rows, "training")
         trainer = L.Trainer(
             accelerator="cpu",
             devices=1,
@@ -154,6 +167,7 @@ def base_checkpoint(
             log_every_n_steps=25,
             gradient_clip_val=1.0,
             enable_progress_bar=progress,
+            callbacks=[step_progress("warm-start", cfg.max_steps, optimizer_steps, bar=progress)],
         )
         t0 = time.perf_counter()
         trainer.fit(module, loader)
@@ -178,3 +192,18 @@ def base_checkpoint(
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         return out
+
+
+def announcement(task_name: str, size: str, cfg: WarmStartConfig, out: Path) -> str:
+    """The line a warm-start starts with: what it builds and why, how long it may take, and that
+    it happens once. The time is what the last warm-start of ``size`` in the same cache took, when
+    there was one; the progress bar or lines that follow give the time left from the first step."""
+    done = sorted(out.parents[1].glob(f"*/{size}-*/warmstart.json"), key=lambda p: p.stat().st_mtime)
+    last = json.loads(done[-1].read_text()) if done else {}
+    took = f"the last one of {size} here took {duration(last['wall_s'])}" if "wall_s" in last else "time left below"
+    return (
+        f"warm-start: building the {size} base checkpoint for {task_name!r}, once: supervised steps on the "
+        f"task's reference solutions until sampled accuracy reaches {cfg.target_accuracy:g} (at most "
+        f"{cfg.max_steps} steps; {took}), so that RL starts from a policy that is sometimes right. Cached in "
+        f"{out}; every later run of this task and size starts from it."
+    )

@@ -94,17 +94,24 @@ class ProcessState:
 
 @contextlib.contextmanager
 def redirected(log: IO[str]) -> Iterator[None]:
-    """File descriptors 1 and 2 (and so sys.stdout, sys.stderr and C libraries) write to ``log``."""
+    """File descriptors 1 and 2 (and so sys.stdout, sys.stderr and C libraries) write to ``log``,
+    Python's streams a line at a time: a run's log shows its progress while it runs (sys.stdout of
+    a process whose fd 1 is not a terminal would otherwise hold lines back until the run ends)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
+    buffering = sys.stdout.line_buffering, sys.stderr.line_buffering
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
     try:
         yield
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        sys.stdout.reconfigure(line_buffering=buffering[0])
+        sys.stderr.reconfigure(line_buffering=buffering[1])
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         os.close(saved[0])
@@ -269,7 +276,7 @@ class Isolated:
                 [sys.executable, "-m", "bench.cli", "train", "--config", str(config), "--no-progress"],
                 stdout=fh,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env={**self.env, "PYTHONUNBUFFERED": "1"},  # the log streams while the run runs
                 preexec_fn=_die_with_parent,
             ).returncode
 

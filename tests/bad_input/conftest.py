@@ -30,9 +30,10 @@ from bad_input_support import RUN_KEY, SWEEP, Workspace, WorkStarted, run_result
 from tiny_sweep import SPEC
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def store_template(tmp_path_factory) -> tuple[Path, str]:
-    """An MLflow SQLite store holding one finished run of the sweep ``demo``."""
+    """An MLflow SQLite store holding one finished run of the sweep ``demo``: built once (MLflow's
+    schema migrations take seconds), copied for every test."""
     import mlflow
 
     db = tmp_path_factory.mktemp("store") / "mlflow.db"

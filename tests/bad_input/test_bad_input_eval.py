@@ -28,7 +28,7 @@ EVAL_CASES = [
     ("top-p", ["--task", "arithmetic", "--top-p", "0"], ["top_p must be in (0, 1]"]),
     ("temperature", ["--task", "arithmetic", "--temperature", "-1"], ["temperature must be >= 0"]),
     ("n-zero", ["--task", "arithmetic", "--n", "0"], ["--n must be >= 1"]),
-    ("max-new-tokens", ["--task", "arithmetic", "--max-new-tokens", "0"], ["--max-new-tokens >= 1"]),
+    ("max-new-tokens", ["--task", "arithmetic", "--max-new-tokens", "0"], ["--max_new_tokens >= 1"]),
     ("split", ["--task", "arithmetic", "--split", "test"], ["no 'test' split", "valid: train, eval"]),
 ]
 

@@ -101,9 +101,9 @@ SWEEP_CASES = [
         ["must be divisible by the number of processes"],
     ),
     (
-        "fsdp-cpu",
+        "fsdp-one-process",
         {"overrides": {**SPEC["overrides"], "trainer.strategy": "fsdp", "trainer.accelerator": "cpu"}},
-        ["fsdp needs GPUs"],
+        ["trainer.strategy fsdp needs trainer.devices x trainer.num_nodes >= 2"],
     ),
     (
         "vllm-ddp",
@@ -198,7 +198,7 @@ def test_sweep_spec_file_that_is_missing_or_not_a_spec(capsys, ws, tmp_path, spe
     "argv, expected",
     [
         pytest.param(["--jobs", "two"], ["--jobs", "two"], id="jobs-word"),
-        pytest.param(["--gpu-gb", "lots", "--dry-run", "--plan"], ["--gpu-gb", "lots"], id="gpu-gb-word"),
+        pytest.param(["--gpu-gb", "lots", "--dry-run", "--plan"], ["--gpu_gb", "lots"], id="gpu-gb-word"),
     ],
 )
 def test_bad_sweep_flags_are_one_line(capsys, ws, tmp_path, argv, expected):

@@ -49,14 +49,14 @@ def test_a_server_that_never_answers_is_refused_after_the_timeout():
         assert time.perf_counter() - t0 < 3
 
 
-def serve(status: int) -> HTTPServer:
-    """An HTTP server on 127.0.0.1 answering every GET with ``status``."""
+def serve(status: int, body: bytes = b"OK") -> HTTPServer:
+    """An HTTP server on 127.0.0.1 answering every GET with ``status`` and ``body``."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(status)
             self.end_headers()
-            self.wfile.write(b"OK")
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -66,15 +66,52 @@ def serve(status: int) -> HTTPServer:
     return server
 
 
-@pytest.mark.parametrize("status", [200, 401, 404])
-def test_a_server_that_answers_is_accepted(status):
-    server = serve(status)
+MLFLOW_ANSWERS = [
+    pytest.param(200, b'{"experiments": [{"experiment_id": "0", "name": "Default"}]}', id="experiments"),
+    pytest.param(200, b"{}", id="no-experiments"),
+    pytest.param(404, b'{"error_code": "ENDPOINT_NOT_FOUND", "message": "..."}', id="an-mlflow-error"),
+    pytest.param(401, b"<html>log in</html>", id="wants-credentials"),
+    pytest.param(403, b"", id="forbidden"),
+]
+"""How MLflow's REST API (or a server in front of it that wants credentials) answers."""
+
+
+@pytest.mark.parametrize("status, body", MLFLOW_ANSWERS)
+def test_a_server_that_answers_as_mlflow_is_accepted(status, body):
+    server = serve(status, body)
     try:
         check_tracking_uri(f"http://127.0.0.1:{server.server_port}")
         check_tracking_uri(f"http://127.0.0.1:{server.server_port}/mlflow/")
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    "status, body, expected",
+    [
+        pytest.param(200, b"<html>a web site</html>", "gave HTTP 200, not JSON", id="a-web-page"),
+        pytest.param(404, b"Not Found", "gave HTTP 404, not JSON", id="not-found"),
+        pytest.param(200, b'{"status": "ok"}', "gave HTTP 200)", id="another-json-api"),
+    ],
+)
+def test_train_refuses_a_server_that_is_not_mlflow_before_any_work(capsys, ws, policy_dir, status, body, expected):
+    """It answers HTTP, so MLflow's client would fail only at the run's first write, after the model
+    loaded: the REST API request refuses it first."""
+    server = serve(status, body)
+    uri = f"http://127.0.0.1:{server.server_port}"
+    try:
+        t0 = time.perf_counter()
+        code, _, err = cli(capsys, "train", "--model.name", policy_dir, "--tracking.uri", uri)
+        assert time.perf_counter() - t0 < FAST_S
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert_names(
+        error_line(code, err),
+        [f"MLflow tracking URI '{uri}' answers HTTP but is not an MLflow tracking server", expected, "mlflow server"],
+    )
+    ws.assert_unchanged()
 
 
 def test_a_gateway_without_its_server_is_refused():

@@ -140,11 +140,15 @@ TRAIN_CASES = [
         ["--trainer.devices", "4", "--trainer.strategy", "ddp", "--eval.num_problems", "2"],
         ["eval.num_problems (2) must be at least the number of processes (4)"],
     ),
-    ("fsdp-cpu", ["--trainer.strategy", "fsdp", "--trainer.accelerator", "cpu"], ["fsdp needs GPUs", "use ddp on CPU"]),
     (
-        "fsdp-train",
+        "fsdp-one-process",
         ["--trainer.strategy", "fsdp"],
-        ["trainer.strategy fsdp cannot train yet", "use trainer.strategy ddp"],
+        ["trainer.strategy fsdp needs trainer.devices x", ">= 2, got 1"],
+    ),
+    (
+        "fsdp-no-shard",
+        ["--trainer.strategy", "fsdp", "--trainer.devices", "2", "--trainer.fsdp_sharding", "NO_SHARD"],
+        ["trainer.fsdp_sharding NO_SHARD shards nothing: use trainer.strategy ddp"],
     ),
     (
         "vllm-ddp",

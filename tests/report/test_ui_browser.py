@@ -72,7 +72,16 @@ def sweep_store(tmp_path) -> SweepStore:
 
 
 def test_ui_shows_sweep_runs_and_pass_at_1_chart(sweep_store, tmp_path):
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
     s = sweep_store
+    exp = MlflowClient(s.uri).get_experiment_by_name(s.experiment)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the experiment's type: training
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "mlflow-ui.md").read_text()
+    for column in (*ui.TAG_COLUMNS, "eval/<task>/pass_at_1", "eval/<task>/samples"):  # the columns it shows
+        assert f"`{column}`" in doc, column
     with ui.serve_ui(s.uri) as base:
         eid = ui.experiment_id(base, s.experiment)
         runs = ui.sweep_runs(base, eid, s.sweep)
@@ -82,6 +91,7 @@ def test_ui_shows_sweep_runs_and_pass_at_1_chart(sweep_store, tmp_path):
             ui.seed_ui_state(ctx, eid, ui.ui_state(METRIC))
             page = ctx.new_page()
             ui.open_runs_table(page, base, eid, s.sweep, METRIC, [s.parent, *s.children])
+            assert ui.in_training_mode(page)
             for name in [s.parent, *s.children]:
                 assert page.get_by_role("link", name=name, exact=True).first.is_visible(), name
             for column in ("method", "seed", METRIC):

@@ -78,13 +78,13 @@ def error_line(err: str) -> str:
         (["--task", "gsm8k", "--n", "2", "--k", "1,4"], "--k values must lie in [1, n=2]"),
         (["--task", "gsm8k", "--k", "one"], "--k must be comma-separated integers"),
         (["--task", "gsm8k", "--template", "qwen"], "valid: qwen-math, chat, instruct, compact"),
-        (["--task", "gsm8k", "--task-option", "grader_timeout"], "--task-option expects KEY=VALUE"),
+        (["--task", "gsm8k", "--task-option", "grader_timeout"], "--task_option expects KEY=VALUE"),
         (["--task", "gsm8k", "--task-option", "levels=[3]"], "has no option 'levels'"),
         (["--task", "gsm8k", "--data-dir", "/no/such/dir"], "data directory '/no/such/dir' does not exist"),
         (["--task", "amc23", "--split", "train"], "task 'amc23' has no 'train' split; valid: eval"),
         (
             ["--task", "humaneval"],
-            "runs model-written code; it only does so when you opt in with --allow-code-execution",
+            "runs model-written code; it only does so when you opt in with --allow_code_execution",
         ),
     ],
 )
