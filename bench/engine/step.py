@@ -24,7 +24,7 @@ from torch import Tensor
 
 from bench.config import RLConfig
 from bench.core import NEEDS, Method, RolloutBatch
-from bench.distributed import all_sum, world_size
+from bench.distributed import all_sum, clip_grad_norm, world_size
 from bench.engine import microbatch
 from bench.engine.diagnostics import credit_diagnostics
 from bench.engine.policy import Scores, score
@@ -315,7 +315,7 @@ def update(
                     scalars.setdefault(f"train/{k}", []).append((float(v), part.size))
             if grad_lp is not None:
                 diagnostics = credit_diagnostics(-grad_lp, mb.completion_mask)
-            gn = torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], rl.grad_clip or float("inf"))
+            gn = clip_grad_norm(optimizer.param_groups[0]["params"], rl.grad_clip or float("inf"))
             # every process must agree: after DDP's all-reduce the norm is the same everywhere, the loss is not
             bad = torch.stack([gn.new_tensor(float(not math.isfinite(total))), (~gn.isfinite()).float()])
             finite = bool(all_sum(bad.sum().reshape(1))[0] == 0)

@@ -11,7 +11,8 @@ two moments of the trainable parameters (in the weights' dtype for full fine-tun
 adapters), the frozen reference copy when the method needs one, the GPU share given to vLLM, and
 the activations one micro-batch of the update keeps for its backward (:func:`activation_gb`: the
 ``rl.micro_batch_tokens`` budget, or the process's whole minibatch when it is 0). FSDP's FULL_SHARD
-divides the weight, gradient and optimizer terms by the number of processes. Not counted: the KV
+divides the weight, gradient and optimizer terms by the number of processes, and adds the whole
+policy in the compute dtype, which a run gathers once per RL step. Not counted: the KV
 cache of HF generation (vLLM's is inside its share) and the allocator's fragmentation.
 """
 
@@ -119,7 +120,7 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     r = resolve(cfg)
     policy, tokenizer = meta_policy(cfg)
     params = num_parameters(policy)
-    if cfg.model.gradient_checkpointing and cfg.trainer.strategy != "fsdp":  # FSDP checkpoints its wrapped layers
+    if cfg.model.gradient_checkpointing:  # per decoder layer, as a run does (under FSDP too)
         enable_gradient_checkpointing(policy)
     lora = cfg.model.lora
     ref = None
@@ -163,11 +164,14 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     act = activation_gb(
         config, rows * length, rows * rl.sampling.max_new_tokens, compute, cfg.model.gradient_checkpointing
     )
+    # FSDP gathers the whole policy once per RL step (rollout, scoring and update run on it), in the
+    # compute dtype, beside the shards (bench.distributed.ShardPlan)
+    gathered = params * compute / gb if shard > 1 else 0.0
     return Plan(
         params,
         trainable,
         lora.rank,
-        weights / shard,
+        weights / shard + gathered,
         grads / shard,
         optimizer / shard,
         vllm,

@@ -13,6 +13,7 @@ outside Lightning (``creditbench eval``'s problems): a bar on a terminal, lines 
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -159,6 +160,15 @@ def step_progress(label: str, total: int, position: Position, bar: bool) -> Call
     """The run's progress callback: :class:`StepBar` with bars on (the trainer's
     ``enable_progress_bar`` must then be on), :class:`StepLines` with them off."""
     return StepBar(label, total, position) if bar else StepLines(label, total, position)
+
+
+def rl_total(rl) -> int:
+    """The RL steps a run of ``rl`` (bench.config.RLConfig) takes at most: ``steps``, or fewer when a
+    sample budget runs out first (a method that generates more than a group per prompt spends it
+    sooner; a token budget cannot be told in advance)."""
+    if not rl.budget_samples:
+        return rl.steps
+    return min(rl.steps, math.ceil(rl.budget_samples / (rl.prompts_per_step * rl.group_size)))
 
 
 def rl_steps(trainer, module) -> int:

@@ -141,7 +141,7 @@ def run(cfg: RunConfig, progress: bool = True, checked: Resolved | None = None) 
         num_parameters,
     )
     from bench.engine.step import REFERENCE_NEEDS
-    from bench.run.progress import rl_steps, step_progress
+    from bench.run.progress import rl_steps, rl_total, step_progress
     from bench.run.result import RunResult
     from bench.run.timing import PhaseClock
     from bench.run.tracking import flatten, git_commit, log_config, log_dict, make_logger
@@ -233,7 +233,7 @@ def run(cfg: RunConfig, progress: bool = True, checked: Resolved | None = None) 
     module.t_start = t_start
     module.shard_plan = shard_plan(cfg)  # FSDP: configure_model shards the policy (and the reference) with it
     sink = module.sink = MetricSink(logger, resumed=resume_id is not None)  # live; a resumed run skips what MLflow has
-    callbacks = [step_progress("RL", cfg.rl.steps, rl_steps, bar=progress)]  # real totals (bench.run.progress)
+    callbacks = [step_progress("RL", rl_total(cfg.rl), rl_steps, bar=progress)]  # real totals (bench.run.progress)
     callbacks += [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every, cfg.eval.every)]
     data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
     if resume_id is None and zero:  # the data as dataset inputs, the warm-start run linked

@@ -100,7 +100,9 @@ def base_checkpoint(
     tracking_uri: str,
     progress: bool = True,
 ) -> Path:
-    """The cached base checkpoint for (task, size), built by a warm-start run if missing."""
+    """The cached base checkpoint for (task, size), built by a warm-start run if missing. The run
+    announces itself in one line (:func:`announcement`); a process that finds another one building
+    the same checkpoint says so and waits for it."""
     out = base_dir(cache_dir, task_name, task, size, cfg)
     if (out / "warmstart.json").exists():
         return out
@@ -117,13 +119,13 @@ def base_checkpoint(
             fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / "warmstart.json").exists():
             return out
-        print(announcement(task_name, size, cfg, out), flush=True)
         rows = task.load("train")
         if "solution" not in rows.column_names:
             raise CreditBenchError(
                 f"task {task_name!r} has no reference solutions, so a tiny model cannot be "
                 "warm-started on it; give a trained checkpoint as model.name"
             )
+        print(announcement(task_name, size, cfg, out), flush=True)
         check_rows = [rows[i] for i in range(len(rows) - CHECK_ROWS, len(rows))]
         train_rows = rows.select(range(len(rows) - CHECK_ROWS))
         L.seed_everything(cfg.seed, verbose=False)

@@ -23,7 +23,7 @@ from bench.config import (
     TrackingConfig,
     WarmStartConfig,
 )
-from bench.run.progress import Lines, counter, duration
+from bench.run.progress import Lines, counter, duration, rl_total
 
 
 def test_step_metrics_reach_mlflow_while_the_run_runs(tmp_path, policy_dir, monkeypatch, capsys):
@@ -101,6 +101,8 @@ def test_progress_lines_count_the_runs_own_steps(monkeypatch):
     monkeypatch.undo()
     assert [duration(s) for s in (42, 600, 9000)] == ["42 s", "10 min", "2.5 h"]
     assert isinstance(counter("eval", 10, "problem", io.StringIO()), Lines)  # a log file, not a terminal
+    budget = RLConfig(steps=100, prompts_per_step=4, group_size=8, budget_samples=160)  # 32 samples a step
+    assert (rl_total(budget), rl_total(RLConfig(steps=100))) == (5, 100)
 
 
 def test_the_step_bar_shows_the_runs_total():
