@@ -7,6 +7,7 @@ creditbench summarize --sweep NAME                         (re)write results/<NA
 creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
 creditbench methods | tasks [NAME]                         list the registries, or one entry's options
 creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
+creditbench fetch NAME [--force]                           cache a pretrained model (qwen2.5-coder-0.5b-instruct)
 creditbench --version
 """
 
@@ -271,6 +272,7 @@ COMMANDS = {
     "methods": "list methods",
     "tasks": "list tasks",
     "ui": "MLflow UI on 127.0.0.1",
+    "fetch": "download and cache a pretrained model",
 }
 
 
@@ -301,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(cmd, rest)
         if cmd == "ui":
             return cmd_ui(rest)
+        if cmd == "fetch":
+            from bench.engine.pretrained import main as cmd_fetch
+
+            return cmd_fetch(rest)
         if cmd == "sweep":
             return cmd_sweep(rest)
         if cmd == "table":

@@ -140,6 +140,9 @@ def main(argv: list[str]) -> int:
         a.model = run_policy(a.model, a.uri)
     if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
         raise CreditBenchError(f"model directory {a.model!r} does not exist (give {MODELS})")
+    from bench.engine.pretrained import resolve
+
+    a.model = str(resolve(a.model))  # a fetched pretrained model's short name: its cached copy
     _check_offline_hub_id(a.model)
     from bench.run.tracking import check_tracking_uri
 

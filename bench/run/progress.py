@@ -61,25 +61,32 @@ class Lines:
         self.file: IO[str] | None = file  # None: sys.stdout when written (a sweep's worker points it at a log)
         self.t0 = time.perf_counter()
         self._last: float | None = None
+        self._last_n: int | None = None
 
-    def text(self, n: int, extra: dict[str, float] | None = None, now: float | None = None) -> str:
+    def text(self, n: int, extra: dict[str, float] | None = None, now: float | None = None, final: bool = False) -> str:
         now = time.perf_counter() if now is None else now
         out = f"{self.label}: {self.unit} {n}/{self.total}"
         done, elapsed = n - self.start, now - self.t0
         if done > 0:
             out += f", {elapsed / done:.3g} s/{self.unit}"
             left = self.total - n
-            out += f", about {duration(elapsed / done * left)} left" if left > 0 else f", done in {duration(elapsed)}"
+            out += (
+                f", about {duration(elapsed / done * left)} left"
+                if left > 0 and not final
+                else f", done in {duration(elapsed)}"
+            )
         if extra:
             out += "; " + ", ".join(f"{k} {v:.4g}" for k, v in extra.items())
         return out
 
-    def update(self, n: int, extra: dict[str, float] | None = None) -> None:
+    def update(self, n: int, extra: dict[str, float] | None = None, final: bool = False) -> None:
+        """Write the line for ``n`` done if it is due; ``final``: the run ended (a line unless ``n``'s was written)."""
         now = time.perf_counter()
-        if self._last is not None and n < self.total and now - self._last < self.every_s:
+        due = self._last is None or n >= self.total or now - self._last >= self.every_s
+        if not (final or due) or n == self._last_n:
             return
-        self._last = now
-        print(self.text(n, extra, now), file=self.file or sys.stdout, flush=True)
+        self._last, self._last_n = now, n
+        print(self.text(n, extra, now, final), file=self.file or sys.stdout, flush=True)
 
     def close(self) -> None:
         pass
@@ -154,6 +161,10 @@ class StepLines(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.is_global_zero and self.lines is not None:
             self.lines.update(self.position(trainer, pl_module), _shown(trainer.progress_bar_metrics))
+
+    def on_train_end(self, trainer, pl_module) -> None:  # stopped early (a target, a budget): where it stopped
+        if trainer.is_global_zero and self.lines is not None:
+            self.lines.update(self.position(trainer, pl_module), _shown(trainer.progress_bar_metrics), final=True)
 
 
 def step_progress(label: str, total: int, position: Position, bar: bool) -> Callback:

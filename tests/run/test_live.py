@@ -87,18 +87,21 @@ def test_step_metrics_reach_mlflow_while_the_run_runs(tmp_path, policy_dir, monk
 def test_progress_lines_count_the_runs_own_steps(monkeypatch):
     """The first and last lines always, at most one per interval between; the rate is measured from
     where a resumed run started, and the time left follows from it."""
-    out, clock = io.StringIO(), iter([100.0, 101.0, 102.0, 105.0, 112.0])
+    out, clock = io.StringIO(), iter([100.0, 101.0, 102.0, 105.0, 112.0, 113.0])
     monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
     lines = Lines("RL", 8, start=2, every_s=5.0, file=out)  # resumed at step 2, started at t=100
     lines.update(3, {"reward": 0.25})  # t=101: the first line
     lines.update(4)  # t=102: 1 s after the last line, skipped
     lines.update(5)  # t=105: 4 s after, skipped
     lines.update(8)  # t=112: the last step, always
+    lines.update(8, final=True)  # the run's end: its line is written already
     assert out.getvalue().splitlines() == [
         "RL: step 3/8, 1 s/step, about 5 s left; reward 0.25",  # 1 step in 1 s, 5 steps to go
         "RL: step 8/8, 2 s/step, done in 12 s",  # 6 steps in 12 s
     ]
     monkeypatch.undo()
+    early = Lines("warm-start", 3000)  # stopped at its accuracy target: where, not a time left
+    assert early.text(450, now=early.t0 + 60, final=True) == "warm-start: step 450/3000, 0.133 s/step, done in 60 s"
     assert [duration(s) for s in (42, 600, 9000)] == ["42 s", "10 min", "2.5 h"]
     assert isinstance(counter("eval", 10, "problem", io.StringIO()), Lines)  # a log file, not a terminal
     budget = RLConfig(steps=100, prompts_per_step=4, group_size=8, budget_samples=160)  # 32 samples a step
