@@ -225,7 +225,7 @@ class CheckpointConfig:
     so a resumed run never logs a step twice."""
 
     every: int = 10
-    """Write a checkpoint every this many RL steps (0: never, and metrics are logged at once)."""
+    """Write a checkpoint every this many RL steps (0: never; metrics reach MLflow at every step either way)."""
     dir: str = field(default_factory=lambda: os.environ.get("CREDITBENCH_CHECKPOINTS", ".creditbench/checkpoints"))
     """Where run checkpoints are kept (also $CREDITBENCH_CHECKPOINTS)."""
     resume: bool = True
