@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -226,6 +228,30 @@ def dequantise(gguf: Path, out: Path, dtype: str = "float32") -> Path:
     return out
 
 
+def _work_prefix(spec: Pretrained) -> str:
+    """The temporary directories of ``spec``'s fetches on this host: ``.<name>.<host>.<pid>-<random>``."""
+    return f".{spec.name}.{socket.gethostname()}."
+
+
+def remove_stale(spec: Pretrained, root: Path) -> list[Path]:
+    """Remove the temporary directories that fetches of ``spec`` on this host left behind when they were
+    killed (SIGKILL runs no cleanup): those whose process is gone. A live fetch's is kept, and so is
+    another host's (a shared cache). Returns what was removed."""
+    prefix, gone = _work_prefix(spec), []
+    for path in root.glob(f"{prefix}*"):
+        pid = path.name[len(prefix) :].split("-", 1)[0]
+        if not (pid.isdigit() and path.is_dir() and not path.is_symlink()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+        except PermissionError:  # alive, another user's
+            pass
+    return gone
+
+
 def fetch(
     spec: Pretrained | str, archives: dict[str, Path] | None = None, root: Path | None = None, force: bool = False
 ) -> Path:
@@ -242,7 +268,8 @@ def fetch(
         return done
     _need_gguf()
     root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{spec.name}-", dir=root) as tmp:
+    remove_stale(spec, root)
+    with tempfile.TemporaryDirectory(prefix=f"{_work_prefix(spec)}{os.getpid()}-", dir=root) as tmp:
         work = Path(tmp)
         if archives is None:
             (work / "archives").mkdir()

@@ -2,8 +2,8 @@
 
     python -m bench.perf.fsdp [--out results/benchmarks/fsdp]
 
-The figures of tests/engine/test_fsdp.py, written down: tests/fsdp_worker.py runs the module's real
-scoring and update of tests/ddp_worker.py's fixed batch (5 groups of 4 completions; one process holds
+The figures of tests/engine/test_fsdp.py, written down: bench/perf/fsdp_worker.py runs the module's real
+scoring and update of bench/perf/ddp_worker.py's fixed batch (5 groups of 4 completions; one process holds
 2 groups of short completions, the other 3 of long ones) for each aggregation and a LoRA case, fused
 and in micro-batches of at most 40 tokens (3 on one process, 6 on the other); this script computes
 the same update in one process and reports, per case, the largest difference between the whole
@@ -12,7 +12,6 @@ gradients (every shard gathered) relative to the largest gradient, and the diffe
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -28,13 +27,6 @@ from bench.perf.common import machine, machine_line, md_table, perf_parser, run_
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,7 +38,8 @@ def main() -> int:
     parser.add_argument("--out", default="results/benchmarks/fsdp")
     a = parser.parse_args()
     torch.set_num_threads(1)  # as each worker process computes
-    ddp_worker, fsdp_worker = _load("ddp_worker"), _load("fsdp_worker")
+    from bench.perf import ddp_worker, fsdp_worker
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fsdp.pt"
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
@@ -55,7 +48,7 @@ def main() -> int:
             env.pop(key, None)
         t = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, str(REPO / "tests" / "fsdp_worker.py"), "update", str(out)],
+            [sys.executable, str(REPO / "bench" / "perf" / "fsdp_worker.py"), "update", str(out)],
             cwd=REPO,
             env=env,
             capture_output=True,

@@ -1,8 +1,9 @@
 """Benchmark: the real pretrained model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M dequantised) on CPU.
 
-    python -m bench.perf.pretrained [--problems 12] [--max_new_tokens 320] [--rl_steps 3]
-                                    [--rl_max_new_tokens 256] [--tasks gsm8k mbpp ...]
-                                    [--out results/benchmarks/pretrained.md]
+    python -m bench.perf.pretrained [--problems 12] [--max_new_tokens 320] [--tasks gsm8k mbpp ...]
+                                    [--rl_steps 3] [--rl_max_new_tokens 256] [--rl_prompts 2]
+                                    [--rl_group 4] [--rl_lr 2e-5] [--rl_task gsm8k]
+                                    [--out results/benchmarks/pretrained.md] [--fresh]
 
 Needs the model fetched once (``creditbench fetch qwen2.5-coder-0.5b-instruct``) and the benchmark
 data files ($CREDITBENCH_DATA). Three parts, all in one process on whatever CPU this is:
@@ -15,18 +16,37 @@ data files ($CREDITBENCH_DATA). Three parts, all in one process on whatever CPU 
    accuracy is nearest 0.5 (where a group of samples most often disagrees, so GRPO has a signal),
    with the per-step training reward as its curve and each step's time split into rollout, verify,
    score and update, as the Lightning module logs them.
-3. The machine line. The CPU is usually shared, so times are an upper bound, not a floor.
+3. The machine line and the load average after each part: on shared cores the times are an upper bound.
+
+A stopped run resumes: the evals already in ``--out``'s JSON for the same ``--problems`` and
+``--max_new_tokens`` are kept (``--fresh`` measures them again), with their per-problem results.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import tempfile
 import time
+from pathlib import Path
 
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
 
+KEEP = (  # what the Lightning module logs each step that the report shows
+    "train/reward",
+    "train/mixed_group_frac",
+    "train/response_length",
+    "train/tokens",
+    "train/grad_norm",
+    "time/rollout_s",
+    "time/verify_s",
+    "time/score_s",
+    "time/update_s",
+    "time/step_s",
+)
 MODEL = "qwen2.5-coder-0.5b-instruct"
+REPORTED = {"humaneval": 61.6, "mbpp": 52.4}  # bf16 original, Qwen2.5-Coder report (EvalPlus's MBPP)
 TASKS = ("gsm8k", "math500", "humaneval", "mbpp")
 CODE = ("humaneval", "mbpp")
 
@@ -77,10 +97,11 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str) 
         "truncated_frac": m["truncated_frac"],
         "wall_s": m["wall_s"],
         "tokens_per_s": tokens / m["wall_s"],
+        "per_problem": [{"id": q["id"], "correct": q["correct"]} for q in r["per_problem"]],
     }
 
 
-def grpo_run(task_name: str, steps: int, max_new_tokens: int) -> dict:
+def grpo_run(task_name: str, steps: int, max_new_tokens: int, prompts: int, group: int, lr: float) -> dict:
     import lightning as L
     import torch
 
@@ -100,9 +121,8 @@ def grpo_run(task_name: str, steps: int, max_new_tokens: int) -> dict:
     if task.executes_code:
         task.allow_code_execution()
     grpo = METHODS.get("grpo")
-    rl = RLConfig(
-        steps=steps, prompts_per_step=2, group_size=4, lr=2e-5, sampling=SamplingConfig(max_new_tokens=max_new_tokens)
-    )
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
+    rl = RLConfig(steps=steps, prompts_per_step=prompts, group_size=group, lr=lr, sampling=sampling)
     ev = EvalConfig(every=10**6, num_problems=2)
     module = RLVRModule(policy, tok, grpo(grpo.Config()), task, task_name, rl, ev)
     logger = MemoryLogger()
@@ -118,13 +138,12 @@ def grpo_run(task_name: str, steps: int, max_new_tokens: int) -> dict:
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, ev, 0))
     rows = [r for r in logger.rows if "time/step_s" in r]
-    keep = ("train/reward", "time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")
-    curve = [{k: float(r[k]) for k in keep if k in r} for r in rows]
+    curve = [{k: float(r[k]) for k in KEEP if k in r} for r in rows]
     return {
         "task": task_name,
         "steps": steps,
-        "prompts": 2,
-        "group": 4,
+        "prompts": prompts,
+        "group": group,
         "max_new_tokens": max_new_tokens,
         "lora": "rank 16, all-linear",
         "lr": rl.lr,
@@ -133,13 +152,26 @@ def grpo_run(task_name: str, steps: int, max_new_tokens: int) -> dict:
     }
 
 
+def command(args) -> str:
+    flags = f"--problems {args.problems} --max_new_tokens {args.max_new_tokens} --rl_steps {args.rl_steps}"
+    if args.rl_steps:
+        flags += f" --rl_max_new_tokens {args.rl_max_new_tokens} --rl_prompts {args.rl_prompts}"
+        flags += f" --rl_group {args.rl_group} --rl_lr {args.rl_lr}"
+        flags += f" --rl_task {args.rl_task}" if args.rl_task else ""
+    return f"python -m bench.perf.pretrained {flags}"
+
+
+PICK = "The task was picked as the evaluated one whose base pass@1 is nearest 0.5."
+
+
 def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
+    loads = [e["load"] for e in evals if "load" in e] + ([rl["load"]] if rl and "load" in rl else [])
     lines = [
         f"# {MODEL} (Q4_K_M GGUF, dequantised to float32) on CPU",
         "",
-        f"Machine: {machine_line(m)}; the 2 cores were shared with other jobs while this ran, so the times",
-        "are upper bounds. Written by `python -m bench.perf.pretrained "
-        f"--problems {args.problems} --max_new_tokens {args.max_new_tokens} --rl_steps {args.rl_steps}`.",
+        f"Machine: {machine_line(m)}. The 1-minute load average after each part was "
+        f"{', '.join(f'{x:.1f}' for x in loads) or '?'} (above the core count, other work shared the cores and "
+        f"the times are upper bounds). Written by `{command(args)}`.",
         "",
         "## Base accuracy (greedy, chat template, first n problems of each eval split)",
         "",
@@ -150,6 +182,7 @@ def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
             e["n"],
             f"{e['pass_at_1']:.3f}",
             f"[{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}]",
+            f"{REPORTED[e['task']]:.1f}" if e["task"] in REPORTED else "-",
             f"{e['mean_length']:.0f}",
             f"{e['truncated_frac']:.2f}",
             f"{e['wall_s']:.0f}",
@@ -157,12 +190,14 @@ def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
         )
         for e in evals
     ]
-    header = "task | n | pass@1 | 95% CI (Wilson) | mean tokens | truncated | wall s | gen tokens/s"
-    lines += md_table(header, rows, "lrrrrrrr")
+    header = "task | n | pass@1 | 95% CI (Wilson) | reported | mean tokens | truncated | wall s | gen tokens/s"
+    lines += md_table(header, rows, "lrrrrrrrr")
     lines += [
         "",
         f"Generation: one batch of n prompts per task, at most {args.max_new_tokens} new tokens; "
-        "tokens/s counts completion tokens over the eval's wall time (grading included).",
+        "tokens/s counts completion tokens over the eval's wall time (grading included). "
+        "Reported: Qwen's pass@1 (%) for the bf16 original (Qwen2.5-Coder technical report, arXiv 2409.12186), "
+        "with its own prompts (its MBPP is EvalPlus's), so it is a landmark, not a target.",
         "",
     ]
     if rl is None:  # written after each eval, so a long run that is stopped keeps what it measured
@@ -172,45 +207,75 @@ def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
         f"{rl['max_new_tokens']} new tokens, {rl['lora']}, lr {rl['lr']})",
         "",
     ]
-    parts = ("train/reward", "time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")
-    step_rows = [(i + 1, *(f"{c.get(k, float('nan')):.2f}" for k in parts)) for i, c in enumerate(rl["curve"])]
-    lines += md_table("step | train reward | rollout s | verify s | score s | update s | step s", step_rows, "rrrrrrr")
+    cols = ("train/reward", "train/mixed_group_frac", "train/response_length", "train/grad_norm")
+    cols += ("time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")
+    step_rows = [(i + 1, *(f"{c.get(k, float('nan')):.2f}" for k in cols)) for i, c in enumerate(rl["curve"])]
+    header = "step | train reward | mixed groups | mean length | grad norm | rollout s | verify s | score s | update s"
+    header += " | step s"
+    lines += md_table(header, step_rows, "r" * 10)
+    tokens = sum(c.get("train/tokens", 0.0) for c in rl["curve"])
+    update = sum(c.get("time/update_s", 0.0) + c.get("time/score_s", 0.0) for c in rl["curve"])
     lines += [
         "",
-        f"The task was picked as the evaluated one whose base pass@1 is nearest 0.5. Run wall time "
-        f"{rl['wall_s']:.0f} s (model load included).",
+        f"Mixed groups: the share of groups whose rewards differ (the only ones GRPO learns from). The update and "
+        f"scoring passes ran at {tokens / max(update, 1e-9):.0f} tokens/s (tokens: prompts and completions). "
+        f"{'The task was given with --rl_task.' if args.rl_task else PICK} "
+        f"Run wall time {rl['wall_s']:.0f} s (model load included). {len(rl['curve'])} steps on "
+        f"{rl['prompts']} prompts each show what a step costs and that the loop runs on a real checkpoint; they are "
+        "far too few to show learning, which is the GPU run's job.",
     ]
     return "\n".join(lines)
+
+
+def previous(args) -> list[dict]:
+    """The evals of an earlier run of this script with the same problems and token limit, read from
+    ``--out``'s JSON, so a stopped run resumes (unless ``--fresh``)."""
+    path = Path(args.out).with_suffix(".json")
+    if args.fresh or not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    same = all(data.get("args", {}).get(k) == getattr(args, k) for k in ("problems", "max_new_tokens"))
+    return [e for e in data.get("evals", []) if e["task"] in args.tasks and "per_problem" in e] if same else []
 
 
 def main() -> int:
     p = perf_parser(__doc__, "python -m bench.perf.pretrained")
     p.add_argument("--problems", type=int, default=12)
     p.add_argument("--max_new_tokens", type=int, default=320)
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     p.add_argument("--rl_steps", type=int, default=3)
     p.add_argument("--rl_max_new_tokens", type=int, default=256)
-    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    p.add_argument("--rl_prompts", type=int, default=2, help="prompts a step")
+    p.add_argument("--rl_group", type=int, default=4, help="completions a prompt (G)")
+    p.add_argument("--rl_lr", type=float, default=2e-5)
+    p.add_argument("--rl_task", choices=TASKS, help="default: the evaluated task whose pass@1 is nearest 0.5")
     p.add_argument("--out", default="results/benchmarks/pretrained.md")
+    p.add_argument("--fresh", action="store_true", help="measure every eval again, not only those --out lacks")
     args = p.parse_args()
     from bench.engine.pretrained import resolve
 
     resolve(MODEL)  # not fetched: one line naming the fetch command, before any work
     m = machine()
+    evals = {e["task"]: e for e in previous(args)}
     with tempfile.TemporaryDirectory() as tmp:
         uri = f"sqlite:///{tmp}/mlflow.db"
-        evals = []
         for name in args.tasks:
-            evals.append(base_accuracy(name, args.problems, args.max_new_tokens, uri))
-            print(evals[-1], flush=True)
-            data = {"model": MODEL, "machine": m, "evals": evals, "grpo": None, "args": vars(args)}
-            write_report(args.out, report(evals, None, m, args), data)
+            if name in evals:
+                continue
+            evals[name] = {**base_accuracy(name, args.problems, args.max_new_tokens, uri), "load": os.getloadavg()[0]}
+            print({k: v for k, v in evals[name].items() if k != "per_problem"}, flush=True)
+            done = [evals[t] for t in args.tasks if t in evals]
+            data = {"model": MODEL, "machine": m, "evals": done, "grpo": None, "args": vars(args)}
+            write_report(args.out, report(done, None, m, args), data)
+    done = [evals[t] for t in args.tasks]
     if args.rl_steps == 0:
         return 0
-    pick = min(evals, key=lambda e: abs(e["pass_at_1"] - 0.5))["task"]
-    rl = grpo_run(pick, args.rl_steps, args.rl_max_new_tokens)
-    print(rl, flush=True)
-    data = {"model": MODEL, "machine": m, "evals": evals, "grpo": rl, "args": vars(args)}
-    write_report(args.out, report(evals, rl, m, args), data)
+    pick = args.rl_task or min(done, key=lambda e: abs(e["pass_at_1"] - 0.5))["task"]
+    rl = grpo_run(pick, args.rl_steps, args.rl_max_new_tokens, args.rl_prompts, args.rl_group, args.rl_lr)
+    rl["load"] = os.getloadavg()[0]
+    print({k: v for k, v in rl.items() if k != "curve"}, flush=True)
+    data = {"model": MODEL, "machine": m, "evals": done, "grpo": rl, "args": vars(args)}
+    write_report(args.out, report(done, rl, m, args), data)
     return 0
 
 

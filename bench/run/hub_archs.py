@@ -98,6 +98,24 @@ ARCHITECTURES: dict[str, tuple[dict[str, Any], float]] = {
         },
         1.54,
     ),
+    # creditbench's fetched GGUF copy (bench.engine.pretrained): the Hub original ties its embeddings
+    # (0.49B on its card); the Q4_K_M GGUF keeps a separate output layer, so the copy trains 0.63B
+    "qwen2.5-coder-0.5b-instruct": (
+        {
+            **_QWEN2,
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 14,
+            "num_key_value_heads": 2,
+            "vocab_size": 151936,
+            "max_position_embeddings": 32768,
+            "rope_theta": 1_000_000.0,
+            "tie_word_embeddings": False,
+            "eos_token_id": 151645,
+        },
+        0.63,
+    ),
     "Qwen/Qwen2.5-Math-7B": (
         {
             **_QWEN2,

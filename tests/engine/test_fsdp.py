@@ -1,6 +1,6 @@
 """Training under FSDP2 (trainer.strategy fsdp: fully_shard per decoder layer through Lightning's
 ModelParallelStrategy) in two CPU processes on gloo, started by Lightning's launcher through
-tests/fsdp_worker.py, against one process on the same global batch (tests/ddp_worker.py's).
+bench/perf/fsdp_worker.py, against one process on the same global batch (bench/perf/ddp_worker.py's).
 
 The processes hold unequal shares of the groups (8 short and 12 long completions) and, under a token
 budget, split them into different numbers of micro-batches (3 and 6): the gradient each process keeps
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "tests" / "fsdp_worker.py"
+WORKER = REPO / "bench" / "perf" / "fsdp_worker.py"
 
 
 def _load(name: str, path: Path):
@@ -30,7 +30,7 @@ _launch, one_thread = _ddp_test._launch, _ddp_test.one_thread  # a 2-process lau
 
 
 def _ddp_worker():
-    return _load("ddp_worker", REPO / "tests" / "ddp_worker.py")
+    return _load("ddp_worker", REPO / "bench" / "perf" / "ddp_worker.py")
 
 
 def _max_diff(a: dict, b: dict) -> float:

@@ -195,6 +195,26 @@ def test_fetch_dequantises_and_caches_a_tiny_qwen2(tmp_path, monkeypatch):
     assert fetch(spec, archives(spec, tmp_path), root) == out  # cached: not fetched again
 
 
+def test_a_killed_fetchs_temporary_directory_is_removed_by_the_next(tmp_path):
+    """SIGKILL runs no cleanup: the next fetch removes the dead process's work directory, but not a
+    live fetch's nor another host's (a cache shared over the network)."""
+    import os
+    import subprocess
+    import sys
+
+    spec = pretrained.MODELS["qwen2.5-coder-0.5b-instruct"]
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a pid that has exited
+    prefix = pretrained._work_prefix(spec)
+    dead, live = tmp_path / f"{prefix}{proc.pid}-x1", tmp_path / f"{prefix}{os.getpid()}-x2"
+    other = tmp_path / f".{spec.name}.elsewhere.{proc.pid}-x3"
+    for d in (dead, live, other):
+        (d / "archives").mkdir(parents=True)
+    (tmp_path / spec.name).mkdir()  # a cache entry is never touched
+    assert pretrained.remove_stale(spec, tmp_path) == [dead]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, spec.name])
+
+
 def test_a_corrupt_gguf_writes_nothing_to_the_cache(tmp_path):
     tiny_qwen2_gguf(tmp_path / "tiny.gguf")
     data = bytearray((tmp_path / "tiny.gguf").read_bytes())
@@ -234,6 +254,11 @@ def test_unfetched_or_unreadable_is_one_line_before_any_work(tmp_path, monkeypat
     assert main(["eval", "--model", "qwen2.5-coder-0.5b-instruct", "--task", "gsm8k"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "creditbench fetch qwen2.5-coder-0.5b-instruct" in err
+    runs = tmp_path / "runs"  # train's pre-flight (and so a sweep's) says the same before it writes anything
+    argv = ["--model.name", "qwen2.5-coder-0.5b-instruct", "--tracking.uri", f"sqlite:///{runs}/mlflow.db"]
+    assert main(["train", *argv, "--checkpoint.dir", str(runs / "ckpt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "creditbench fetch qwen2.5-coder-0.5b-instruct" in err and not runs.exists()
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
     monkeypatch.setattr(pretrained, "download", lambda *a: pytest.fail("downloaded without the gguf package"))

@@ -1,8 +1,9 @@
 """Runs the RL module in W CPU processes under Lightning's DDP strategy on gloo (W = 1: the
-single-process reference), for tests/engine/test_ddp.py. Lightning's launcher starts the other ranks by
+single-process reference), for tests/engine/test_ddp.py
+(and bench.perf.fsdp's one-process reference). Lightning's launcher starts the other ranks by
 running this script again with the same arguments, so it is a script, not a pytest test.
 
-    python tests/ddp_worker.py update OUT --devices W
+    python bench/perf/ddp_worker.py update OUT --devices W
         For each case of CASES, the module's real scoring and update (RLVRModule.score_batch and
         .update) of one fixed global batch, each process holding its share of the groups; rank 0
         saves the statistics (their mean over processes, as training_step logs them) and the
@@ -10,7 +11,7 @@ running this script again with the same arguments, so it is a script, not a pyte
         twice: fused (key ``case``), and with a separate scoring pass and the update split into
         micro-batches of at most MICRO_BATCH_TOKENS tokens (key ``case@split``).
 
-    python tests/ddp_worker.py train OUT --devices W
+    python bench/perf/ddp_worker.py train OUT --devices W
         A short real run (rollouts, 2 PPO epochs x 2 minibatches, a sample budget, greedy eval)
         of a tiny random policy; rank 0 saves what every process saw and ended with.
 """
@@ -22,7 +23,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository root
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
@@ -42,7 +43,6 @@ from bench.engine.module import RLVRModule  # noqa: E402
 from bench.engine.policy import build_tiny, char_tokenizer  # noqa: E402
 from bench.registry import METHODS, TASKS  # noqa: E402
 from bench.run.train import make_strategy  # noqa: E402
-from methods.grpo import GRPO, GRPOConfig  # noqa: E402
 
 # name -> (method, options): one per aggregation, and the 80/20 rule's batch-wide entropy quantile
 CASES = {
@@ -166,6 +166,9 @@ def update(out: Path, devices: int) -> None:
         torch.save(results, out)
 
 
+GRPO = METHODS.get("grpo")
+
+
 class EveryTokenUp(GRPO):
     """GRPO's loss with credit +1 on every valid token: a random policy earns no reward, so this
     makes the update move the weights (which the processes must then agree on)."""
@@ -227,7 +230,7 @@ def train(out: Path, devices: int) -> None:
         batch_problems=1,  # 1: no padding, any split scores alike
         sampling=SamplingConfig(temperature=0.0, max_new_tokens=8),
     )
-    module = RLVRModule(policy, tok, EveryTokenUp(GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, ev)
+    module = RLVRModule(policy, tok, EveryTokenUp(GRPO.Config(kl_coef=0.0)), task, "arithmetic", rl, ev)
     data = PromptDataModule(task, rl.prompts_per_step, ev, seed=0)
     record = Record()
     t = trainer(
