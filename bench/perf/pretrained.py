@@ -3,7 +3,7 @@
     python -m bench.perf.pretrained [--problems 12] [--max_new_tokens 320] [--tasks gsm8k mbpp ...]
                                     [--rl_steps 3] [--rl_max_new_tokens 256] [--rl_prompts 2]
                                     [--rl_group 4] [--rl_lr 2e-5] [--rl_task gsm8k]
-                                    [--out results/benchmarks/pretrained.md] [--fresh]
+                                    [--out results/benchmarks/pretrained.md] [--fresh] [--render]
 
 Needs the model fetched once (``creditbench fetch qwen2.5-coder-0.5b-instruct``) and the benchmark
 data files ($CREDITBENCH_DATA). Three parts, all in one process on whatever CPU this is:
@@ -20,17 +20,21 @@ data files ($CREDITBENCH_DATA). Three parts, all in one process on whatever CPU 
 
 A stopped run resumes: the evals already in ``--out``'s JSON for the same ``--problems`` and
 ``--max_new_tokens`` are kept (``--fresh`` measures them again), with their per-problem results.
+``--render`` writes the markdown again from the JSON's measurements, measuring nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from bench.errors import CreditBenchError
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
 
 KEEP = (  # what the Lightning module logs each step that the report shows
@@ -101,7 +105,7 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str) 
     }
 
 
-def grpo_run(task_name: str, steps: int, max_new_tokens: int, prompts: int, group: int, lr: float) -> dict:
+def grpo_run(task_name: str, args) -> dict:
     import lightning as L
     import torch
 
@@ -121,8 +125,10 @@ def grpo_run(task_name: str, steps: int, max_new_tokens: int, prompts: int, grou
     if task.executes_code:
         task.allow_code_execution()
     grpo = METHODS.get("grpo")
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
-    rl = RLConfig(steps=steps, prompts_per_step=prompts, group_size=group, lr=lr, sampling=sampling)
+    steps, prompts, group, budget = args.rl_steps, args.rl_prompts, args.rl_group, args.rl_micro_batch_tokens
+    sampling = SamplingConfig(max_new_tokens=args.rl_max_new_tokens)
+    rl = RLConfig(steps=steps, prompts_per_step=prompts, group_size=group, lr=args.rl_lr, sampling=sampling)
+    rl = replace(rl, micro_batch_tokens=budget)
     ev = EvalConfig(every=10**6, num_problems=2)
     module = RLVRModule(policy, tok, grpo(grpo.Config()), task, task_name, rl, ev)
     logger = MemoryLogger()
@@ -144,9 +150,10 @@ def grpo_run(task_name: str, steps: int, max_new_tokens: int, prompts: int, grou
         "steps": steps,
         "prompts": prompts,
         "group": group,
-        "max_new_tokens": max_new_tokens,
+        "max_new_tokens": args.rl_max_new_tokens,
         "lora": "rank 16, all-linear",
         "lr": rl.lr,
+        "micro_batch_tokens": budget,
         "wall_s": time.perf_counter() - t0,
         "curve": curve,
     }
@@ -157,8 +164,18 @@ def command(args) -> str:
     if args.rl_steps:
         flags += f" --rl_max_new_tokens {args.rl_max_new_tokens} --rl_prompts {args.rl_prompts}"
         flags += f" --rl_group {args.rl_group} --rl_lr {args.rl_lr}"
+        flags += f" --rl_micro_batch_tokens {args.rl_micro_batch_tokens}"
         flags += f" --rl_task {args.rl_task}" if args.rl_task else ""
     return f"python -m bench.perf.pretrained {flags}"
+
+
+def shared(loads: list[float], m: dict) -> str:
+    """What the load average says of the times: this script alone keeps about torch_threads cores busy."""
+    if not loads:
+        return "unknown sharing"
+    if max(loads) > m["torch_threads"] + 0.5:
+        return "other work shared the cores, so the times are upper bounds"
+    return "the script had the cores to itself"
 
 
 PICK = "The task was picked as the evaluated one whose base pass@1 is nearest 0.5."
@@ -170,8 +187,7 @@ def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
         f"# {MODEL} (Q4_K_M GGUF, dequantised to float32) on CPU",
         "",
         f"Machine: {machine_line(m)}. The 1-minute load average after each part was "
-        f"{', '.join(f'{x:.1f}' for x in loads) or '?'} (above the core count, other work shared the cores and "
-        f"the times are upper bounds). Written by `{command(args)}`.",
+        f"{', '.join(f'{x:.1f}' for x in loads) or '?'}: {shared(loads, m)}. Written by `{command(args)}`.",
         "",
         "## Base accuracy (greedy, chat template, first n problems of each eval split)",
         "",
@@ -204,7 +220,8 @@ def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
         return "\n".join([*lines, "## GRPO + LoRA", "", "(not run yet: the report is rewritten when it ends)"])
     lines += [
         f"## GRPO + LoRA on {rl['task']} ({rl['steps']} steps, {rl['prompts']} prompts x G={rl['group']}, "
-        f"{rl['max_new_tokens']} new tokens, {rl['lora']}, lr {rl['lr']})",
+        f"{rl['max_new_tokens']} new tokens, {rl['lora']}, lr {rl['lr']}, micro-batches of at most "
+        f"{rl['micro_batch_tokens']} padded tokens)",
         "",
     ]
     cols = ("train/reward", "train/mixed_group_frac", "train/response_length", "train/grad_norm")
@@ -213,12 +230,15 @@ def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
     header = "step | train reward | mixed groups | mean length | grad norm | rollout s | verify s | score s | update s"
     header += " | step s"
     lines += md_table(header, step_rows, "r" * 10)
-    tokens = sum(c.get("train/tokens", 0.0) for c in rl["curve"])
+    done = [c.get("train/tokens", 0.0) for c in rl["curve"]]  # cumulative completion tokens
+    tokens = done[-1] if done else 0.0
+    rollout = sum(c.get("time/rollout_s", 0.0) for c in rl["curve"])
     update = sum(c.get("time/update_s", 0.0) + c.get("time/score_s", 0.0) for c in rl["curve"])
     lines += [
         "",
-        f"Mixed groups: the share of groups whose rewards differ (the only ones GRPO learns from). The update and "
-        f"scoring passes ran at {tokens / max(update, 1e-9):.0f} tokens/s (tokens: prompts and completions). "
+        f"Mixed groups: the share of groups whose rewards differ (the only ones GRPO learns from). Over the run the "
+        f"rollouts generated {tokens / max(rollout, 1e-9):.1f} completion tokens/s, and scoring and update went "
+        f"through {tokens / max(update, 1e-9):.1f} completion tokens/s (with their prompts). "
         f"{'The task was given with --rl_task.' if args.rl_task else PICK} "
         f"Run wall time {rl['wall_s']:.0f} s (model load included). {len(rl['curve'])} steps on "
         f"{rl['prompts']} prompts each show what a step costs and that the loop runs on a real checkpoint; they are "
@@ -238,6 +258,16 @@ def previous(args) -> list[dict]:
     return [e for e in data.get("evals", []) if e["task"] in args.tasks and "per_problem" in e] if same else []
 
 
+def render(out: str) -> int:
+    """Write ``out``'s markdown again from the measurements in its JSON, with this code's report."""
+    path = Path(out).with_suffix(".json")
+    if not path.exists():
+        raise CreditBenchError(f"--render: no measurements at {path}; run the benchmark first")
+    data = json.loads(path.read_text())
+    write_report(out, report(data["evals"], data["grpo"], data["machine"], argparse.Namespace(**data["args"])), data)
+    return 0
+
+
 def main() -> int:
     p = perf_parser(__doc__, "python -m bench.perf.pretrained")
     p.add_argument("--problems", type=int, default=12)
@@ -248,10 +278,14 @@ def main() -> int:
     p.add_argument("--rl_prompts", type=int, default=2, help="prompts a step")
     p.add_argument("--rl_group", type=int, default=4, help="completions a prompt (G)")
     p.add_argument("--rl_lr", type=float, default=2e-5)
+    p.add_argument("--rl_micro_batch_tokens", type=int, default=2048, help="rl.micro_batch_tokens (0: unsplit)")
     p.add_argument("--rl_task", choices=TASKS, help="default: the evaluated task whose pass@1 is nearest 0.5")
     p.add_argument("--out", default="results/benchmarks/pretrained.md")
     p.add_argument("--fresh", action="store_true", help="measure every eval again, not only those --out lacks")
+    p.add_argument("--render", action="store_true", help="rewrite --out's markdown from its JSON; measure nothing")
     args = p.parse_args()
+    if args.render:
+        return render(args.out)
     from bench.engine.pretrained import resolve
 
     resolve(MODEL)  # not fetched: one line naming the fetch command, before any work
@@ -271,7 +305,7 @@ def main() -> int:
     if args.rl_steps == 0:
         return 0
     pick = args.rl_task or min(done, key=lambda e: abs(e["pass_at_1"] - 0.5))["task"]
-    rl = grpo_run(pick, args.rl_steps, args.rl_max_new_tokens, args.rl_prompts, args.rl_group, args.rl_lr)
+    rl = grpo_run(pick, args)
     rl["load"] = os.getloadavg()[0]
     print({k: v for k, v in rl.items() if k != "curve"}, flush=True)
     data = {"model": MODEL, "machine": m, "evals": done, "grpo": rl, "args": vars(args)}
