@@ -267,7 +267,7 @@ def test_bf16_mixed_trains_on_cpu_with_a_finite_loss(policy_dir):
     task = TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(train_size=64))
     rl = RLConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
     ev = EvalConfig(num_problems=4)
-    module = RLVRModule(model, tok, w.EveryTokenUp(w.GRPOConfig(kl_coef=0.0)), task, "arithmetic", rl, ev)
+    module = RLVRModule(model, tok, w.EveryTokenUp(w.GRPO.Config(kl_coef=0.0)), task, "arithmetic", rl, ev)
     logger = MemoryLogger()
     trainer = L.Trainer(
         accelerator="cpu",
