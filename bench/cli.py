@@ -25,7 +25,7 @@ def cmd_train(argv: list[str]) -> int:
     from bench.config import RunConfig
     from bench.errors import CreditBenchError
     from bench.run.args import config_files, from_files, load_yaml
-    from bench.run.train import preflight, run
+    from bench.run.train import preflight, run, summary_line
 
     p = train_parser()
     try:
@@ -50,12 +50,7 @@ def cmd_train(argv: list[str]) -> int:
 
     if rank() > 0:  # the other processes of a multi-process run: rank 0 reports
         return 0
-    b, f, d = res["base"], res["final"], res["delta_pass_at_1"]
-    print(
-        f"{res['run_name']}: eval pass@1 {b['pass_at_1']:.3f} -> {f['pass_at_1']:.3f} "
-        f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
-        f"{res['samples']} samples, {res['tokens']} tokens, {res['wall_s']:.0f} s; MLflow run {res['mlflow_run_id']}"
-    )
+    print(summary_line(res))
     return 0
 
 

@@ -132,3 +132,14 @@ def test_every_command_spells_its_flags_in_snake_case(capsys):
         assert e.value.code == 0
         flags = set(re.findall(r"(?<![\w-])--[A-Za-z][\w.-]*", capsys.readouterr().out))
         assert flags and not [f for f in flags if "-" in f[2:]], f"creditbench {cmd}: {sorted(flags)}"
+
+
+def test_the_train_summary_line_says_when_no_problem_changed():
+    """z is undefined when the paired differences are all zero (a short run on a few problems)."""
+    from bench.run.train import summary_line
+
+    res = {"run_name": "r", "base": {"pass_at_1": 0.0}, "final": {"pass_at_1": 0.0}, "samples": 2, "tokens": 9}
+    res |= {"wall_s": 3.0, "mlflow_run_id": "abc", "delta_pass_at_1": {"delta": 0.0, "se": 0.0, "z": float("nan")}}
+    assert "z=n/a: no problem changed" in summary_line(res) and "nan" not in summary_line(res)
+    res["delta_pass_at_1"] = {"delta": 0.25, "se": 0.1, "z": 2.5}
+    assert "(delta +0.250 +/- 0.100 paired SE, z=2.5)" in summary_line(res)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -342,9 +343,10 @@ def run(cfg: RunConfig, progress: bool = True, checked: Resolved | None = None) 
 def summary_line(res: dict[str, Any]) -> str:
     """The line ``creditbench train`` ends with: the run's pass@1 from base to final, and its cost."""
     b, f, d = res["base"], res["final"], res["delta_pass_at_1"]
+    z = f"{d['z']:.1f}" if math.isfinite(d["z"]) else "n/a: no problem changed"
     return (
         f"{res['run_name']}: eval pass@1 {b['pass_at_1']:.3f} -> {f['pass_at_1']:.3f} "
-        f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={d['z']:.1f}); "
+        f"(delta {d['delta']:+.3f} +/- {d['se']:.3f} paired SE, z={z}); "
         f"{res['samples']} samples, {res['tokens']} tokens, {res['wall_s']:.0f} s; MLflow run {res['mlflow_run_id']}"
         + (f"; policy saved in {res['policy_dir']}" if res.get("policy_dir") else "")
     )
