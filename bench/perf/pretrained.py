@@ -29,9 +29,9 @@ import argparse
 import json
 import math
 import os
+import resource
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from bench.errors import CreditBenchError
@@ -105,11 +105,31 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str) 
     }
 
 
+def run_config(task_name: str, args):
+    """The run this benchmark's GRPO part is, as a RunConfig (what ``creditbench train`` would get)."""
+    from bench.run.sweep import build_run_config
+
+    lora = {"rank": 16, "alpha": 32.0, "dropout": 0.0, "targets": ["all-linear"]}
+    rl = {"steps": args.rl_steps, "prompts_per_step": args.rl_prompts, "group_size": args.rl_group, "lr": args.rl_lr}
+    rl |= {"micro_batch_tokens": args.rl_micro_batch_tokens, "sampling": {"max_new_tokens": args.rl_max_new_tokens}}
+    d = {"model": {"name": MODEL, "dtype": "float32", "lora": lora}, "precision": "32-true", "rl": rl}
+    d |= {"task": {"name": task_name, "options": {"template": "chat"}}, "method": {"name": "grpo"}}
+    return build_run_config(d, "bench.perf.pretrained")
+
+
+def plan_of(cfg) -> dict:
+    """bench.run.plan's memory estimate of ``cfg``'s update, to set beside the measured peak."""
+    from bench.run.plan import plan
+
+    p = plan(cfg, load_data=False)
+    return {"static_gb": p.static_gb, "activations_gb": p.activations_gb, "total_gb": p.total_gb}
+
+
 def grpo_run(task_name: str, args) -> dict:
     import lightning as L
     import torch
 
-    from bench.config import EvalConfig, RLConfig, SamplingConfig
+    from bench.config import EvalConfig
     from bench.engine.data import PromptDataModule
     from bench.engine.module import RLVRModule
     from bench.engine.policy import add_lora, load_policy
@@ -126,9 +146,8 @@ def grpo_run(task_name: str, args) -> dict:
         task.allow_code_execution()
     grpo = METHODS.get("grpo")
     steps, prompts, group, budget = args.rl_steps, args.rl_prompts, args.rl_group, args.rl_micro_batch_tokens
-    sampling = SamplingConfig(max_new_tokens=args.rl_max_new_tokens)
-    rl = RLConfig(steps=steps, prompts_per_step=prompts, group_size=group, lr=args.rl_lr, sampling=sampling)
-    rl = replace(rl, micro_batch_tokens=budget)
+    cfg = run_config(task_name, args)
+    rl = cfg.rl
     ev = EvalConfig(every=10**6, num_problems=2)
     module = RLVRModule(policy, tok, grpo(grpo.Config()), task, task_name, rl, ev)
     logger = MemoryLogger()
@@ -143,6 +162,7 @@ def grpo_run(task_name: str, args) -> dict:
     )
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, ev, 0))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB
     rows = [r for r in logger.rows if "time/step_s" in r]
     curve = [{k: float(r[k]) for k in KEEP if k in r} for r in rows]
     return {
@@ -154,6 +174,8 @@ def grpo_run(task_name: str, args) -> dict:
         "lora": "rank 16, all-linear",
         "lr": rl.lr,
         "micro_batch_tokens": budget,
+        "peak_rss_gb": peak,
+        "plan": plan_of(cfg),
         "wall_s": time.perf_counter() - t0,
         "curve": curve,
     }
@@ -176,6 +198,19 @@ def shared(loads: list[float], m: dict) -> str:
     if max(loads) > m["torch_threads"] + 0.5:
         return "other work shared the cores, so the times are upper bounds"
     return "the script had the cores to itself"
+
+
+def memory(rl: dict) -> str:
+    if "peak_rss_gb" not in rl:
+        return ""
+    p = rl["plan"]
+    return (
+        f"The process's peak resident memory (model load, rollouts, update, and any evals it ran first) was "
+        f"{rl['peak_rss_gb']:.1f} GB; bench.run.plan estimates the update "
+        f"at {p['total_gb']:.1f} GB ({p['static_gb']:.1f} GB of weights and optimizer state, "
+        f"{p['activations_gb']:.1f} GB of one micro-batch's activations), without the rollout's KV cache and the "
+        "runtime. "
+    )
 
 
 PICK = "The task was picked as the evaluated one whose base pass@1 is nearest 0.5."
@@ -240,7 +275,7 @@ def report(evals: list[dict], rl: dict | None, m: dict, args) -> str:
         f"rollouts generated {tokens / max(rollout, 1e-9):.1f} completion tokens/s, and scoring and update went "
         f"through {tokens / max(update, 1e-9):.1f} completion tokens/s (with their prompts). "
         f"{'The task was given with --rl_task.' if args.rl_task else PICK} "
-        f"Run wall time {rl['wall_s']:.0f} s (model load included). {len(rl['curve'])} steps on "
+        f"Run wall time {rl['wall_s']:.0f} s (model load included). {memory(rl)}{len(rl['curve'])} steps on "
         f"{rl['prompts']} prompts each show what a step costs and that the loop runs on a real checkpoint; they are "
         "far too few to show learning, which is the GPU run's job.",
     ]

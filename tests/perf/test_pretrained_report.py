@@ -39,7 +39,8 @@ def test_the_report_shows_each_eval_the_curve_and_the_command(tmp_path):
     step |= {"time/rollout_s": 30.0, "time/score_s": 4.0, "time/update_s": 6.0, "time/step_s": 41.0}
     second = {**step, "train/tokens": 2000.0}  # the module logs the run's running total
     rl = dict(task="mbpp", steps=2, prompts=2, group=4, max_new_tokens=32, lora="rank 16, all-linear", lr=2e-5)
-    rl |= dict(micro_batch_tokens=2048, wall_s=90.0, curve=[step, second], load=1.9)
+    rl |= dict(micro_batch_tokens=2048, wall_s=90.0, curve=[step, second], load=1.9, peak_rss_gb=10.04)
+    rl["plan"] = {"static_gb": 2.66, "activations_gb": 6.53, "total_gb": 9.19}
     text = bench.report(evals, rl, {"cpu": "X", "cpus": 2, "torch_threads": 2, "torch": "2", "gpu": None}, a)
     assert "| gsm8k | 4 | 0.250 |" in text and "| mbpp | 4 | 0.500 |" in text and "| 52.4 |" in text
     assert "| 1 | 0.25 | 0.50 |" in text and "| 2 | 0.25 | 0.50 |" in text
@@ -47,6 +48,7 @@ def test_the_report_shows_each_eval_the_curve_and_the_command(tmp_path):
     assert "through 100.0 completion tokens/s" in text  # and 2 x (4 + 6) s of scoring and update
     assert "--rl_micro_batch_tokens 2048" in text and "1.5, 1.5, 1.9" in text
     assert "far too few to show learning" in text
+    assert "was 10.0 GB; bench.run.plan estimates the update at 9.2 GB (2.7 GB" in text
     waiting = bench.report(evals, None, {"cpu": "X", "cpus": 2, "torch_threads": 2, "torch": "2", "gpu": None}, a)
     assert "(not run yet" in waiting
 
@@ -77,3 +79,11 @@ def test_render_rewrites_the_markdown_from_the_measurements_alone(tmp_path):
     assert "other work shared the cores" in (tmp_path / "pretrained.md").read_text()
     with pytest.raises(CreditBenchError, match="no measurements at"):
         bench.render(str(tmp_path / "elsewhere.md"))
+
+
+def test_the_grpo_part_is_the_run_config_train_would_get(tmp_path):
+    """The benchmark's GRPO run is a RunConfig (so its memory plan is bench.run.plan's own)."""
+    cfg = bench.run_config("gsm8k", args(tmp_path))
+    assert cfg.model.name == bench.MODEL and cfg.model.lora.rank == 16 and cfg.precision == "32-true"
+    assert (cfg.rl.prompts_per_step, cfg.rl.group_size, cfg.rl.micro_batch_tokens) == (2, 4, 2048)
+    assert cfg.task.options == {"template": "chat"} and cfg.method.name == "grpo"
