@@ -1,9 +1,10 @@
 """Benchmark: the real pretrained model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M dequantised) on CPU.
 
-    python -m bench.perf.pretrained [--problems 12] [--max_new_tokens 320] [--tasks gsm8k mbpp ...]
-                                    [--rl_steps 3] [--rl_max_new_tokens 256] [--rl_prompts 2]
-                                    [--rl_group 4] [--rl_lr 2e-5] [--rl_task gsm8k]
-                                    [--out results/benchmarks/pretrained.md] [--fresh] [--render]
+    python -m bench.perf.pretrained [--problems 32] [--max_new_tokens 512] [--tasks gsm8k mbpp ...]
+                                    [--rl_steps 4] [--rl_max_new_tokens 512] [--rl_prompts 2]
+                                    [--rl_group 4] [--rl_lr 2e-5] [--rl_micro_batch_tokens 2048]
+                                    [--rl_task gsm8k] [--out results/benchmarks/pretrained.md]
+                                    [--fresh] [--render]
 
 Needs the model fetched once (``creditbench fetch qwen2.5-coder-0.5b-instruct``) and the benchmark
 data files ($CREDITBENCH_DATA). Three parts, all in one process on whatever CPU this is:
@@ -14,8 +15,9 @@ data files ($CREDITBENCH_DATA). Three parts, all in one process on whatever CPU 
    throughput of those calls (completion tokens / wall time of the whole eval, grading included).
 2. A short GRPO run with LoRA (rank 16 on every linear layer) on the evaluated task whose base
    accuracy is nearest 0.5 (where a group of samples most often disagrees, so GRPO has a signal),
-   with the per-step training reward as its curve and each step's time split into rollout, verify,
-   score and update, as the Lightning module logs them.
+   (or ``--rl_task``), with the per-step training reward as its curve and each step's time split
+   into rollout, verify, score and update, as the Lightning module logs them; and the process's
+   peak resident memory beside bench.run.plan's estimate for the same run config.
 3. The machine line and the load average after each part: on shared cores the times are an upper bound.
 
 A stopped run resumes: the evals already in ``--out``'s JSON for the same ``--problems`` and
@@ -305,11 +307,11 @@ def render(out: str) -> int:
 
 def main() -> int:
     p = perf_parser(__doc__, "python -m bench.perf.pretrained")
-    p.add_argument("--problems", type=int, default=12)
-    p.add_argument("--max_new_tokens", type=int, default=320)
+    p.add_argument("--problems", type=int, default=32)
+    p.add_argument("--max_new_tokens", type=int, default=512)
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    p.add_argument("--rl_steps", type=int, default=3)
-    p.add_argument("--rl_max_new_tokens", type=int, default=256)
+    p.add_argument("--rl_steps", type=int, default=4)
+    p.add_argument("--rl_max_new_tokens", type=int, default=512)
     p.add_argument("--rl_prompts", type=int, default=2, help="prompts a step")
     p.add_argument("--rl_group", type=int, default=4, help="completions a prompt (G)")
     p.add_argument("--rl_lr", type=float, default=2e-5)
