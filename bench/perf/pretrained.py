@@ -128,54 +128,41 @@ def plan_of(cfg) -> dict:
 
 
 def grpo_run(task_name: str, args) -> dict:
-    import lightning as L
     import torch
 
     from bench.config import EvalConfig
-    from bench.engine.data import PromptDataModule
     from bench.engine.module import RLVRModule
     from bench.engine.policy import add_lora, load_policy
-    from bench.perf.step import MemoryLogger
+    from bench.perf.step import fit_logged
     from bench.registry import METHODS
     from bench.registry import TASKS as REGISTRY
 
+    cfg = run_config(task_name, args)
+    rl, lora = cfg.rl, cfg.model.lora
     torch.manual_seed(0)
-    model, tok = load_policy(MODEL)
-    policy = add_lora(model, rank=16, alpha=32.0, dropout=0.0, targets=["all-linear"])
-    cls = REGISTRY.get(task_name)
-    task = cls(cls.Config(template="chat"))
+    model, tok = load_policy(cfg.model.name)
+    policy = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.targets)
+    cls = REGISTRY.get(cfg.task.name)
+    task = cls(cls.Config(**cfg.task.options))
     if task.executes_code:
         task.allow_code_execution()
-    grpo = METHODS.get("grpo")
-    steps, prompts, group, budget = args.rl_steps, args.rl_prompts, args.rl_group, args.rl_micro_batch_tokens
-    cfg = run_config(task_name, args)
-    rl = cfg.rl
+    method = METHODS.get(cfg.method.name)
     ev = EvalConfig(every=10**6, num_problems=2)
-    module = RLVRModule(policy, tok, grpo(grpo.Config()), task, task_name, rl, ev)
-    logger = MemoryLogger()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=steps * rl.ppo_epochs * rl.minibatches,
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    module = RLVRModule(policy, tok, method(method.Config(**cfg.method.options)), task, cfg.task.name, rl, ev)
     t0 = time.perf_counter()
-    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, ev, 0))
+    logged = fit_logged(module, task, rl, ev)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB
-    rows = [r for r in logger.rows if "time/step_s" in r]
+    rows = [r for r in logged if "time/step_s" in r]
     curve = [{k: float(r[k]) for k in KEEP if k in r} for r in rows]
     return {
         "task": task_name,
-        "steps": steps,
-        "prompts": prompts,
-        "group": group,
-        "max_new_tokens": args.rl_max_new_tokens,
-        "lora": "rank 16, all-linear",
+        "steps": rl.steps,
+        "prompts": rl.prompts_per_step,
+        "group": rl.group_size,
+        "max_new_tokens": rl.sampling.max_new_tokens,
+        "lora": f"rank {lora.rank}, {', '.join(lora.targets)}",
         "lr": rl.lr,
-        "micro_batch_tokens": budget,
+        "micro_batch_tokens": rl.micro_batch_tokens,
         "peak_rss_gb": peak,
         "plan": plan_of(cfg),
         "wall_s": time.perf_counter() - t0,

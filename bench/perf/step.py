@@ -50,6 +50,25 @@ class MemoryLogger(Logger):
         pass
 
 
+def fit_logged(module: RLVRModule, task, rl: RLConfig, ev: EvalConfig, steps: int | None = None) -> list[dict]:
+    """Fit ``module`` with Lightning on one CPU process for ``steps`` RL steps (default ``rl.steps``):
+    no checkpoints, progress bar or validation. Returns every row it logged, in order."""
+    logger = MemoryLogger()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=(rl.steps if steps is None else steps) * rl.ppo_epochs * rl.minibatches,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, ev, 0))
+    return logger.rows
+
+
 def rl_steps(size: str, steps: int, kl_coef: float, method_name: str, task_name: str) -> list[dict[str, float]]:
     task = TASKS.get(task_name)()
     method_cls = METHODS.get(method_name)
@@ -59,20 +78,7 @@ def rl_steps(size: str, steps: int, kl_coef: float, method_name: str, task_name:
     ref = build_tiny(size)[0] if kl_coef > 0 else None
     rl = RLConfig(steps=steps)
     module = RLVRModule(model, tok, method, task, task_name, rl, EvalConfig(every=10**6), ref_policy=ref)
-    logger = MemoryLogger()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=steps,
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
-    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, EvalConfig(), 0))
-    return [r for r in logger.rows if "time/step_s" in r]
+    return [r for r in fit_logged(module, task, rl, EvalConfig()) if "time/step_s" in r]
 
 
 def floor_steps(size: str, steps: int, task_name: str) -> list[float]:
