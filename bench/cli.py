@@ -8,6 +8,7 @@ creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers bes
 creditbench methods | tasks [NAME]                         list the registries, or one entry's options
 creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
 creditbench fetch NAME [--force]                           cache a pretrained model (qwen2.5-coder-0.5b-instruct)
+creditbench bases build TASK... [--fresh --pin] | pin DIR... | verify   the tiny bases: warm-start, pin, check
 creditbench --version
 """
 
@@ -258,6 +259,48 @@ def _preflight(sweep, uri: str, here: bool) -> None:
         print(f"note: on this machine, run {key} (and any like it) would stop before it starts: {note}")
 
 
+def cmd_bases(argv: list[str]) -> int:
+    ap = ArgumentParser(prog="creditbench bases", description="Build, pin and verify the tiny base checkpoints.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="warm-start the bases of tasks (default options and settings) into a cache")
+    b.add_argument("tasks", nargs="+")
+    b.add_argument("--size", default="tiny-500k")
+    b.add_argument("--cache_dir", default=".creditbench/cache")
+    b.add_argument("--tracking_uri", default="sqlite:///mlflow.db")
+    b.add_argument("--fresh", action="store_true", help="warm-start from scratch even where a base is pinned")
+    b.add_argument("--pin", action="store_true", help="then pin them (copy into results/bases, record the digest)")
+    p = sub.add_parser("pin", help="pin built bases: copy them into results/bases and record their digests")
+    p.add_argument("folders", nargs="+", help="base checkpoint folders (.creditbench/cache/base/<task>/<size>-<key>)")
+    sub.add_parser("verify", help="check every pinned base against its digest")
+    a = ap.parse_args(argv)
+    import json
+
+    from bench.run import bases, warmstart
+
+    if a.cmd == "build":
+        for task_name in a.tasks:
+            out = warmstart.build_base(task_name, a.size, a.cache_dir, a.tracking_uri, a.fresh)
+            info = json.loads((out / "warmstart.json").read_text())
+            print(f"{bases.key_of(out)}: step {info['steps']}, check accuracy {info['check_accuracy']} in {out}")
+            if a.pin:
+                bases.pin(out)
+        return 0
+    if a.cmd == "pin":
+        for folder in a.folders:
+            entry = bases.pin(Path(folder))
+            digest, acc = entry["weights_sha256"][:16], entry["check_accuracy"]
+            print(f"pinned {bases.key_of(Path(folder))}: sha256 {digest}, check accuracy {acc}")
+        return 0
+    bad = 0
+    for key, entry in bases.pins().items():
+        got = bases.weights_sha256(bases.PINNED / key)
+        ok = got == entry["weights_sha256"]
+        bad += not ok
+        want = entry["weights_sha256"]
+        print(f"{key}: ok" if ok else f"{key}: DIFFERS (sha256 {got[:16]} != {want[:16]})")
+    return 1 if bad else 0
+
+
 COMMANDS = {
     "train": "one RL run",
     "eval": "pass@k of a checkpoint on a task",
@@ -268,6 +311,7 @@ COMMANDS = {
     "tasks": "list tasks",
     "ui": "MLflow UI on 127.0.0.1",
     "fetch": "download and cache a pretrained model",
+    "bases": "build, pin and verify the tiny base checkpoints",
 }
 
 
@@ -304,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_fetch(rest)
         if cmd == "sweep":
             return cmd_sweep(rest)
+        if cmd == "bases":
+            return cmd_bases(rest)
         if cmd == "table":
             from bench.report.papers import main as cmd_table
 

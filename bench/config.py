@@ -187,14 +187,23 @@ class WarmStartConfig:
     warmup_steps: int = 50
     check_every: int = 25
     """Measure sampled accuracy on held-out train problems this often."""
+    check_samples: int = 4
+    """Samples per check problem (a fixed set of 200, sampled with the warm-start's seed, so a
+    check is a function of the weights alone)."""
     target_accuracy: float = 0.25
     """Stop once sampled accuracy reaches this: the base must leave room for RL."""
+    tolerance: float = 0.02
+    """The base is the checked checkpoint closest to the target; when the accuracy jumps past
+    target + tolerance between two checks, the warm-start is replayed checking every step in between."""
     seed: int = 0
     """Seed of the warm-start (the base checkpoint is cached per task, size and this seed)."""
 
     def __post_init__(self) -> None:
         check(self.max_steps >= 1, f"warmstart.max_steps must be >= 1, got {self.max_steps}")
+        check(self.check_every >= 1, f"warmstart.check_every must be >= 1, got {self.check_every}")
+        check(self.check_samples >= 1, f"warmstart.check_samples must be >= 1, got {self.check_samples}")
         check(0 < self.target_accuracy <= 1, f"warmstart.target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        check(0 <= self.tolerance < 1, f"warmstart.tolerance must be in [0, 1), got {self.tolerance}")
 
 
 @dataclass

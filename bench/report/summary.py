@@ -23,6 +23,7 @@ import numpy as np
 from bench.errors import CreditBenchError
 from bench.report.comparisons import analyse, blame_markdown, blame_table, difference, interval
 from bench.report.stats import cost_to_target, curve_auc
+from bench.run.fingerprint import common, describe
 from bench.run.result import RunResult
 from bench.run.spec import TARGETS, Analysis, SweepSpec
 from bench.run.sweep import Sweep
@@ -198,6 +199,8 @@ def build_report(
         "analysis": analyse(runs, baseline, analysis or Analysis()),
         "blame": blame_table(runs),
         "credit_maps": _credit_maps(runs),
+        "fingerprint": common([r.fingerprint for r in runs]),
+        "bases": [json.loads(b) for b in sorted({json.dumps(r.base_checkpoint, sort_keys=True) for r in runs})],
     }
 
 
@@ -326,6 +329,8 @@ def markdown(report: dict[str, Any]) -> str:
             "",
         ]
     out += blame_markdown(report.get("blame") or [])
+    if report.get("fingerprint"):
+        out += ["", f"Numerics: {describe(report['fingerprint'])} (docs/reproducibility.md)."]
     return "\n".join(out)
 
 

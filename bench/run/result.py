@@ -80,6 +80,11 @@ class RunResult:
     """Samples per eval problem (0 in results without per-problem counts)."""
     problem_ids: dict[str, list[str]] = field(default_factory=dict)
     """Eval task -> its problems' ids, in eval-split order (the order of ``EvalPoint.per_problem``)."""
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    """The process's numerics stack and machine (bench.run.fingerprint); results without the key: {}."""
+    base_checkpoint: dict[str, Any] = field(default_factory=dict)
+    """The base policy it started from: the warm-start's cache key and weights digest (a tiny
+    model's), or {} for a named checkpoint."""
     blame: dict[str, float] = field(default_factory=dict)
     """The base policy's blame alignment (the first eval point's ``blame``): with the policy the
     same for every method, the cleanest comparison of where methods put their credit."""

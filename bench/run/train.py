@@ -145,11 +145,12 @@ def run(cfg: RunConfig, progress: bool = True, checked: Resolved | None = None) 
         num_parameters,
     )
     from bench.engine.step import REFERENCE_NEEDS
+    from bench.run.fingerprint import fingerprint
     from bench.run.progress import rl_steps, rl_total, step_progress
     from bench.run.result import RunResult
     from bench.run.timing import PhaseClock
     from bench.run.tracking import flatten, git_commit, log_config, log_dict, make_logger
-    from bench.run.warmstart import base_checkpoint
+    from bench.run.warmstart import base_checkpoint, base_identity
 
     clock = PhaseClock()
     r = checked or preflight(cfg)
@@ -313,6 +314,8 @@ def run(cfg: RunConfig, progress: bool = True, checked: Resolved | None = None) 
         budget={"samples": cfg.rl.budget_samples, "tokens": cfg.rl.budget_tokens},
         credit_probe=probe,
         train=module.train_summary(),
+        fingerprint=fingerprint(torch.get_num_threads()),
+        base_checkpoint=base_identity(base) if base is not None else {},
     )
     if cfg.tracking.sweep and trainer.is_global_zero:  # before the MLflow run is marked finished: a finished run has it
         result.write(Path(cfg.tracking.results_dir) / cfg.tracking.sweep / "runs" / f"{r.run_name}.json")
