@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.errors import CreditBenchError
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,7 +89,10 @@ def bases_part(tasks: list[str], settings: list[str], root: Path) -> list[dict[s
             cmd = [sys.executable, "-m", "bench.cli", "bases", "build", task, "--fresh"]
             cmd += ["--cache_dir", str(scratch / "cache"), "--tracking_uri", f"sqlite:///{scratch}/mlflow.db"]
             t0 = time.perf_counter()
-            subprocess.run(cmd, env=env, check=True, cwd=REPO, capture_output=True)
+            scratch.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+            if done.returncode:
+                raise CreditBenchError(f"the {setting} warm-start of {task} failed: {done.stderr.strip()[-500:]}")
             wall = time.perf_counter() - t0
             built = next((scratch / "cache" / "base" / task).glob("*/warmstart.json"))
             info = json.loads(built.read_text())

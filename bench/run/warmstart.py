@@ -351,5 +351,6 @@ def build_base(task_name: str, size: str, cache_dir: str, tracking_uri: str, fre
     task, cfg = task_cls(build_config(task_cls.Config, {}, f"task {task_name!r}")), WarmStartConfig()
     if fresh:
         out = base_dir(cache_dir, task_name, task, size, cfg)
+        out.parent.mkdir(parents=True, exist_ok=True)
         return warm_start(task_name, task, size, cfg, out, tracking_uri, progress=False)
     return base_checkpoint(task_name, task, size, cfg, cache_dir, tracking_uri, progress=False)
