@@ -313,6 +313,8 @@ def main() -> int:
     from bench.engine.pretrained import resolve
 
     resolve(MODEL)  # not fetched: one line naming the fetch command, before any work
+    if args.rl_steps:  # a bad GRPO setting: one line now, not after the evals
+        run_config(args.rl_task or args.tasks[0], args)
     m = machine()
     evals = {e["task"]: e for e in previous(args)}
     with tempfile.TemporaryDirectory() as tmp:

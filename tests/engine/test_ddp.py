@@ -8,7 +8,6 @@ by a process's own counts instead of the global batch's would move the gradient 
 with the global counts the all-reduced gradient equals the single-process one to float precision.
 """
 
-import importlib.util
 import json
 import os
 import socket
@@ -24,10 +23,9 @@ WORKER = REPO / "bench" / "perf" / "ddp_worker.py"
 
 
 def _worker():
-    spec = importlib.util.spec_from_file_location("ddp_worker", WORKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bench.perf import ddp_worker
+
+    return ddp_worker
 
 
 def _free_port() -> int:

@@ -30,7 +30,9 @@ _launch, one_thread = _ddp_test._launch, _ddp_test.one_thread  # a 2-process lau
 
 
 def _ddp_worker():
-    return _load("ddp_worker", REPO / "bench" / "perf" / "ddp_worker.py")
+    from bench.perf import ddp_worker
+
+    return ddp_worker
 
 
 def _max_diff(a: dict, b: dict) -> float:
@@ -45,7 +47,7 @@ def test_fsdp_update_matches_one_process_on_the_same_global_batch(tmp_path, one_
     batch, fused and with each process accumulating its share over a different number of
     micro-batches. (Every aggregation: python -m bench.perf.fsdp, results/benchmarks/fsdp.md.)"""
     w = _ddp_worker()
-    fsdp_worker = _load("fsdp_worker", WORKER)
+    from bench.perf import fsdp_worker
 
     out = tmp_path / "fsdp.pt"
     cases = ["grpo", "entropy_top", fsdp_worker.LORA_CASE]

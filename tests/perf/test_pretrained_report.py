@@ -87,3 +87,9 @@ def test_the_grpo_part_is_the_run_config_train_would_get(tmp_path):
     assert cfg.model.name == bench.MODEL and cfg.model.lora.rank == 16 and cfg.precision == "32-true"
     assert (cfg.rl.prompts_per_step, cfg.rl.group_size, cfg.rl.micro_batch_tokens) == (2, 4, 2048)
     assert cfg.task.options == {"template": "chat"} and cfg.method.name == "grpo"
+
+
+def test_a_bad_grpo_setting_is_one_line_naming_the_field(tmp_path):
+    with pytest.raises(CreditBenchError, match="rl.micro_batch_tokens") as e:
+        bench.run_config("gsm8k", args(tmp_path, rl_micro_batch_tokens=16))
+    assert "\n" not in str(e.value)
