@@ -93,9 +93,13 @@ def agreement(committed: dict[str, Any], fresh: dict[str, Any], alpha: float = 0
             gap = abs(c["mean"] - f["mean"])
             if gap == 0:
                 agree, margin = True, 0.0  # identical (the same pinned base and eval) needs no spread
+            elif not math.isfinite(se):  # a row of one seed has no spread to judge a gap by
+                ok = False
+                lines.append(f"{key[0]} on {key[3]} ({key[1]}) {metric}: differs with fewer than 2 seeds: DISAGREES")
+                continue
             else:
                 margin = z * se
-                agree = math.isfinite(margin) and gap <= margin
+                agree = gap <= margin
             ok &= agree
             lines.append(
                 f"{key[0]} on {key[3]} ({key[1]}) {metric}: {c['mean']:.4f} committed, {f['mean']:.4f} fresh; "

@@ -87,6 +87,11 @@ def install(out: Path, root: Path = PINNED) -> bool:
 
 def pin(out: Path, root: Path = PINNED) -> dict:
     """Copy a built base into the pinned store and record its digest (what ``pin`` on the command line does)."""
+    if not (out / "warmstart.json").is_file():
+        raise CreditBenchError(
+            f"{out} is not a built base checkpoint (no warmstart.json); give a folder "
+            "<cache>/base/<task>/<size>-<key> that a warm-start wrote (creditbench bases build TASK)"
+        )
     info = json.loads((out / "warmstart.json").read_text())
     digest = weights_sha256(out)
     dst = root / key_of(out)
