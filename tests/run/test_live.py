@@ -165,6 +165,9 @@ def test_a_sweep_run_log_fills_while_the_run_runs(tmp_path):
 def test_the_warm_start_announces_itself_and_a_second_process_says_it_waits(tmp_path, capsys):
     import fcntl
 
+    import torch
+    from safetensors.torch import save_file
+
     from bench.registry import TASKS
     from bench.run.warmstart import announcement, base_checkpoint, base_dir
 
@@ -188,8 +191,9 @@ def test_the_warm_start_announces_itself_and_a_second_process_says_it_waits(tmp_
         waiter = threading.Thread(target=lambda: got.append(base_checkpoint(*args)))
         waiter.start()
         time.sleep(0.5)
-        out.mkdir()
-        (out / "warmstart.json").write_text("{}")  # it finished
+        out.mkdir()  # it finished: the weights, then the marker
+        save_file({"lm_head.weight": torch.zeros(2, 3)}, str(out / "model.safetensors"))
+        (out / "warmstart.json").write_text("{}")
     waiter.join(timeout=30)
     assert got == [out]
     printed = capsys.readouterr().out

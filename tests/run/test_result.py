@@ -45,6 +45,8 @@ def result_json() -> dict:
         "train": {"train_reward": 0.3, "credit_gini": 0.4},
         "eval_n": 2,
         "problem_ids": {"arithmetic": ["12+30", "40-11"], "gsm8k": ["gsm8k/test/0", "gsm8k/test/1"]},
+        "fingerprint": {"numerics": {"cpu_capability": "AVX2", "threads": 1}, "machine": {"arch": "x86_64"}},
+        "base_checkpoint": {"key": "arithmetic/tiny-500k-0123456789ab", "weights_sha256": "ab" * 32},
         "blame": {"share": 0.1, "rank": 4.5, "rank_frac": 0.5, "top1": 0.0, "uniform_share": 0.1, "n": 12.0},
     }
 
