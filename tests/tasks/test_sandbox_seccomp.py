@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from bench.errors import CreditBenchError
+from tasks import sandbox_bwrap
 from tasks import sandbox_seccomp as sc
 
 BWRAP = "/usr/bin/bwrap"
@@ -103,13 +104,19 @@ def test_program_decides_as_intended(machine):
 def sandboxed(code: str, seccomp: bool = True) -> subprocess.CompletedProcess:
     argv = [BWRAP, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # the base interpreter and its standard library (-I -S: nothing else), bound again where the
+    # private /tmp hides them: a checkout or a Python under /tmp
+    exe = sandbox_bwrap.python_executable()
+    for tree in sorted({os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(exe))}):
+        if tree == "/tmp" or tree.startswith("/tmp/"):
+            argv += ["--ro-bind", tree, tree]
     r, w = os.pipe()
     try:
         if seccomp:
             os.write(w, sc.program())
             argv += ["--seccomp", str(r)]
         os.close(w)
-        argv += ["--", sys.executable, "-I", "-S", "-c", textwrap.dedent(code)]
+        argv += ["--", exe, "-I", "-S", "-c", textwrap.dedent(code)]
         return subprocess.run(argv, pass_fds=(r,), capture_output=True, text=True, timeout=30)
     finally:
         os.close(r)
