@@ -34,8 +34,9 @@ def store(tmp_path_factory, warm_cache):
 def config(store, **kw) -> RunConfig:
     return RunConfig(
         model=ModelConfig(name="tiny-500k"),
-        # two-operand sums up to 30: a warm-start of ~30 s (the default task's takes ~200 s) leaves
-        # a base right a fifth of the time, and 30 GRPO steps raise it by three paired SEs
+        # two-operand sums up to 30: a warm-start of about a minute (the default task's takes ~200 s)
+        # leaves a base right a fifth of the time, and 30 GRPO steps raise it by 1.6-2.4 paired SEs a
+        # seed (seeds 0, 1, 2 on one machine), 3.4 pooled over the three
         task=TaskSpec(options={"num_operands": 2, "high": 30, "train_size": 3000, "eval_size": 200}),
         method=MethodSpec(options={"kl_coef": 0.0}),
         rl=RLConfig(steps=30, prompts_per_step=16, group_size=8, lr=1e-4),
@@ -51,13 +52,25 @@ def result(store):
     return run(config(store), progress=False)
 
 
-def test_grpo_run_learns(result):
-    base, final, d = result["base"], result["final"], result["delta_pass_at_1"]
-    assert 0.05 < base["pass_at_1"] < 0.7, "the warm-started base must leave room for RL"
-    assert d["delta"] > 2 * d["se"], (
-        f"pass@1 {base['pass_at_1']:.3f} -> {final['pass_at_1']:.3f}, paired SE {d['se']:.3f}"
-    )
-    assert final["pass_at_4"] >= final["pass_at_1"]
+@pytest.fixture(scope="module")
+def more_seeds(store, result):
+    return [run(config(store, seed=seed), progress=False) for seed in (1, 2)]
+
+
+def test_grpo_run_learns(result, more_seeds):
+    """Learning is asserted over three training seeds, not one: a single 30-step run's paired gain
+    moves between 1.3 and 3.4 SEs with the seed and with any change to the floats (the CPU's code
+    paths, the eval's draws), so a one-seed threshold holds on one machine's trajectory only. The
+    pooled gain (the sum of three independent paired differences) is 3.4 SEs on the machine the
+    test was sized on; the test asks for 2, a margin of more than one seed's spread."""
+    runs = [result, *more_seeds]
+    for r in runs:
+        assert 0.05 < r["base"]["pass_at_1"] < 0.7, "the warm-started base must leave room for RL"
+        assert r["final"]["pass_at_4"] >= r["final"]["pass_at_1"]
+    gain = sum(r["delta_pass_at_1"]["delta"] for r in runs)
+    se = sum(r["delta_pass_at_1"]["se"] ** 2 for r in runs) ** 0.5
+    per_seed = ", ".join(f"{r['base']['pass_at_1']:.3f} -> {r['final']['pass_at_1']:.3f}" for r in runs)
+    assert gain > 2 * se, f"pass@1 per seed {per_seed}: pooled gain {gain:.3f}, SE {se:.3f}"
     assert result["samples"] == 30 * 16 * 8 and result["tokens"] > 0
 
 
@@ -99,7 +112,7 @@ def test_mlflow_store_holds_the_runs(result, store):
     assert summary["mlflow_run_id"] == result["mlflow_run_id"]
 
 
-def test_report_of_the_run(result, store):
+def test_report_of_the_run(result, more_seeds, store):
     from pathlib import Path
 
     from bench.report.summary import build_report, load_runs, markdown, write_files
@@ -107,10 +120,15 @@ def test_report_of_the_run(result, store):
     report = build_report(load_runs(store["results"], "e2e"), "grpo", 0.9, None, "e2e")
     write_files(report, Path(store["results"]) / "e2e", plots=False)
     (row,) = report["rows"]
-    assert (row["method"], row["model"], row["seeds"]) == ("grpo", "tiny-500k", [0])
-    assert row["metrics"]["pass_at_1"]["mean"] == pytest.approx(result["final"]["pass_at_1"])
-    assert row["metrics"]["samples_to_target"]["mean"] is not None  # the baseline reaches 90% of its own final
-    assert "| tiny-500k | grpo | 1 |" in markdown(report)
+    assert (row["method"], row["model"], row["seeds"]) == ("grpo", "tiny-500k", [0, 1, 2])
+    finals = [r["final"]["pass_at_1"] for r in (result, *more_seeds)]
+    assert row["metrics"]["pass_at_1"]["mean"] == pytest.approx(sum(finals) / 3)
+    # seeds reach 90% of the baseline's mean final at their one later eval, or are counted as not
+    to_target = row["metrics"]["samples_to_target"]
+    reached = [r["final"]["pass_at_1"] >= 0.9 * sum(finals) / 3 for r in (result, *more_seeds)]
+    assert to_target["n"] == 3 and (to_target["mean"] is not None) == all(reached)
+    assert to_target.get("reached", 3) == sum(reached)
+    assert "| tiny-500k | grpo | 3 |" in markdown(report)
     csv_text = (Path(store["results"]) / "e2e" / "summary.csv").read_text().splitlines()
     assert csv_text[0].startswith("model,params,method") and len(csv_text) == 2
     probe = result["credit_probe"]
