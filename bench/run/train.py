@@ -94,8 +94,23 @@ def _build_task(name: str, options: dict[str, Any]) -> Task:
     return task_cls(build_config(task_cls.Config, options, f"task {name!r}"))
 
 
+class _ConfigDumper(yaml.SafeDumper):
+    """Quotes every string a YAML reader could take for something else: PyYAML quotes what its own
+    resolvers would read as a number, but jsonargparse's reader also takes ``45644754158945e8`` (a
+    config hash) for a float and ``0899`` for an int. A string that starts like a number is quoted."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    number_like = value[:1].isdigit() or value[:1] in "+-." and len(value) > 1
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if number_like else None)
+
+
+_ConfigDumper.add_representer(str, _str)
+
+
 def config_yaml(cfg: RunConfig) -> str:
-    return yaml.safe_dump(json.loads(json.dumps(dataclasses.asdict(cfg))), sort_keys=False)
+    """The run config as YAML that reads back as itself (every value, whatever its characters)."""
+    return yaml.dump(json.loads(json.dumps(dataclasses.asdict(cfg))), Dumper=_ConfigDumper, sort_keys=False)
 
 
 def preflight(cfg: RunConfig, here: bool = True) -> Resolved:
