@@ -12,7 +12,7 @@ is normalised by the counts of the whole minibatch (over every process, as under
 losses add up to the minibatch's loss and their gradients to its gradient (tested against the
 unsplit update in tests/engine/test_microbatch.py). Two things make that hold for every method:
 
-1. The method's ``minibatch`` hook runs once on the whole minibatch before the split, so a loss
+1. The method's ``on_minibatch`` hook runs once on the whole minibatch before the split, so a loss
    that couples rows (the 80/20 rule's top-rho entropy tokens of each minibatch) sees the same
    rows it would unsplit.
 2. The counts (the loss mask's tokens and rows) are taken from one no-grad call of the method's
