@@ -4,7 +4,8 @@ mean learning curves, and each method's credit on one fixed completion.
 
     creditbench summarize --sweep NAME      (re-)writes results/NAME/{report.json, summary.md, summary.csv, *.png}
 
-The definitions (README "Metrics") are computed by bench.report.stats; this module only groups runs.
+The definitions (docs/sweeps-and-reports.md, "Metrics") are computed by bench.report.stats; this
+module only groups runs.
 The report depends on the runs' results alone (no wall-clock or run ids enter a metric other
 than ``wall_s``), so a sweep that was interrupted and resumed reports what an uninterrupted one does.
 """

