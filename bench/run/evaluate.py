@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
     _check_offline_hub_id(a.model)
     from bench.run.tracking import check_tracking_uri
 
-    check_tracking_uri(a.uri)  # before the sampling: an unusable store would otherwise fail only at the end
+    check_tracking_uri(a.uri, write=True)  # before the sampling: an unusable store would otherwise fail only at the end
     rows = task.load(a.split)  # before the model: a missing data file fails fast
     if a.num_problems:
         rows = rows.select(range(min(a.num_problems, len(rows))))

@@ -233,7 +233,7 @@ def run_sweep(
     The runs go to ``jobs`` long-lived worker processes (bench.run.worker), or with ``isolate``
     each to a ``creditbench train`` process of its own."""
     uri = uri or tracking.default_uri()
-    tracking.check_tracking_uri(uri)  # before results/<sweep>/, its lock or the parent run exist
+    tracking.check_tracking_uri(uri, write=True)  # before results/<sweep>/, its lock or the parent run exist
     out = Path(results_dir) / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     lock = open(out / ".lock", "w")

@@ -45,8 +45,10 @@ CHECK_TIMEOUT_S = 5.0
 """How long :func:`check_tracking_uri` waits for an http(s) tracking server to answer."""
 
 
-def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S) -> None:
+def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S, write: bool = False) -> None:
     """Refuse, with one line and before anything is written, a tracking URI that cannot work.
+    With ``write`` (a run, a sweep, an eval: not a report or the UI), a local store must also be
+    writable: SQLite on a read-only path fails only at the first write, after MLflow's retries.
 
     - ``http(s)://``: the server must answer MLflow's REST API (``GET <uri>/api/2.0/mlflow/
       experiments/search``) within ``timeout`` seconds, as MLflow does: with JSON, or with 401/403
@@ -90,6 +92,13 @@ def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S) -> None:
             raise CreditBenchError(
                 f"MLflow tracking URI {uri!r}: {path!r} exists but is not an SQLite database; "
                 "name a new file or an MLflow SQLite store"
+            )
+        # SQLite writes its journal beside the database, so the directory must be writable too
+        readonly = [p for p in (parent, db) if p.exists() and not os.access(p, os.W_OK)]
+        if write and readonly:
+            raise CreditBenchError(
+                f"MLflow tracking URI {uri!r}: {str(readonly[-1])!r} is read-only (SQLite writes the "
+                "store and its journal there); name a store on a writable path"
             )
     elif scheme == "file" or (not scheme and text):
         from urllib.request import url2pathname
@@ -225,7 +234,7 @@ def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], 
     metrics until it ends (off with MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=false)."""
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-    check_tracking_uri(uri)
+    check_tracking_uri(uri, write=True)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     first = rank_zero_only.rank == 0  # the process that logs (the others' loggers do nothing)
     try:  # the constructor opens the store already (e.g. MLflow refuses a file store there)

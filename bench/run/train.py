@@ -134,7 +134,7 @@ def preflight(cfg: RunConfig, here: bool = True) -> Resolved:
     from bench.engine.pretrained import resolve as fetched
 
     fetched(cfg.model.name)  # a registered pretrained model (docs/pretrained.md) not fetched yet: the fetch command
-    check_tracking_uri(cfg.tracking.uri)  # before the checkpoint folder, the warm-start's cache, the model
+    check_tracking_uri(cfg.tracking.uri, write=True)  # before the checkpoint folder, the warm-start's cache, the model
     for split, t in (("train", r.task), *(("eval", t) for t in r.eval_tasks.values())):
         if getattr(t, "sources", None):  # tasks read from data files: a missing or malformed one stops here
             t.load(split)

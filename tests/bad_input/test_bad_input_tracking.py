@@ -176,3 +176,39 @@ def test_train_checks_the_tracking_uri_before_writing_anything(capsys, ws):
     )
     assert_names(error_line(code, err), ["cannot reach MLflow tracking server 'http://127.0.0.1:9'"])
     ws.assert_unchanged()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="/usr/bin/bwrap is not installed")
+def test_a_store_on_a_read_only_path_is_refused_fast_for_writing_and_read_for_reading(tmp_path):
+    """A read-only mount (root may write through file modes, not through a read-only mount): a run
+    is refused in one line, fast, instead of failing in MLflow's retries at its first write; a
+    report or the UI still reads the store."""
+    import subprocess
+    import sys
+
+    import mlflow
+
+    store = tmp_path / "store"
+    store.mkdir()
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    mlflow.MlflowClient(uri).create_experiment("existing")
+    code = (
+        "import sys, time; from bench.run.tracking import check_tracking_uri, client\n"
+        "t = time.time(); check_tracking_uri(sys.argv[1])\n"
+        "print([e.name for e in client(sys.argv[1]).search_experiments()])\n"
+        "try:\n    check_tracking_uri(sys.argv[1], write=True)\n"
+        "except Exception as e:\n    print(e)\n"
+        "print(round(time.time() - t, 2))\n"
+    )
+    argv = ["/usr/bin/bwrap", "--dev-bind", "/", "/", "--ro-bind", str(store), str(store)]
+    out = subprocess.run(
+        [*argv, sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=120, cwd=Path.cwd()
+    )
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 3, out.stdout + out.stderr[-2000:]
+    assert "'existing'" in lines[0]  # read
+    assert lines[1] == (
+        f"MLflow tracking URI {uri!r}: {str(store / 'mlflow.db')!r} is read-only (SQLite writes the store "
+        "and its journal there); name a store on a writable path"
+    )
+    assert float(lines[2]) < FAST_S
