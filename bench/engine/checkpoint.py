@@ -236,7 +236,24 @@ def resume_point(cfg, directory: Path, client, log=print) -> tuple[str | None, P
         last.unlink(missing_ok=True)
         meta.unlink()
         return None, None
+    if last.is_file() and not _readable(last):
+        raise CreditBenchError(
+            f"checkpoint {last} is damaged (not a complete checkpoint archive); delete it (rm {last}) and the "
+            "run starts again from its base, continuing its MLflow run"
+        )
     return run_id, (last if last.is_file() else None)
+
+
+def _readable(path: Path) -> bool:
+    """A torch checkpoint is a zip archive whose directory sits at its end: a truncated or
+    overwritten file has none (a cheap check; the CRCs are checked when it loads)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return bool(archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
 
 
 def discard(directory: Path) -> None:

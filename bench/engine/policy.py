@@ -88,9 +88,16 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32", accepts: str |
     adapter = Path(str(name_or_path)).expanduser() / "adapter_config.json"
     if adapter.is_file():  # a trained LoRA policy: its base, the adapter merged in
         return _load_adapter(adapter.parent, dtype)
+    from safetensors import SafetensorError
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=getattr(torch, dtype))
+    except SafetensorError as e:  # a truncated or overwritten weights file
+        raise CreditBenchError(
+            f"cannot load model {str(name_or_path)!r}: its weights file is damaged ({str(e).splitlines()[0]}); "
+            "save or download it again"
+        ) from None
     except (OSError, ValueError) as e:  # missing files, unreachable Hub, malformed repo id
         raise CreditBenchError(
             f"cannot load model {str(name_or_path)!r}: {str(e).splitlines()[0]} "

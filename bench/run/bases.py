@@ -27,13 +27,21 @@ def weights_sha256(folder: Path) -> str:
     """The sha256 of a checkpoint's tensors (name, dtype, shape and bytes, in name order): the
     content, whatever the file's metadata or the library that wrote it."""
     import torch
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = folder / WEIGHTS
     if not path.is_file():
         raise CreditBenchError(f"base checkpoint {folder} has no {WEIGHTS}; delete the folder to rebuild it")
+    try:
+        tensors = load_file(path)
+    except SafetensorError as e:
+        raise CreditBenchError(
+            f"base checkpoint {folder}: {WEIGHTS} is damaged ({str(e).splitlines()[0]}); delete the folder "
+            f"(rm -r {folder}) and the next run installs or rebuilds it"
+        ) from None
     h = hashlib.sha256()
-    for name, t in sorted(load_file(path).items()):
+    for name, t in sorted(tensors.items()):
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
     return h.hexdigest()
