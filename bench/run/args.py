@@ -221,16 +221,31 @@ def config_files(argv: list[str]) -> list[str]:
     return files
 
 
+NUMBER = re.compile(r"[-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _quotes(message: str, value: str) -> bool:
+    """Whether ``message`` quotes ``value``: as written, or as the number it is (``-1e-4`` is
+    reported as ``-0.0001``)."""
+    if value in message:
+        return True
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    return any(float(t) == number for t in NUMBER.findall(message) if t.strip("+-._"))
+
+
 def from_files(argv: list[str], message: str) -> str:
-    """``message`` prefixed with the file and line it comes from, unless the command line sets the
-    key it names (the command line is then where to look)."""
+    """``message`` prefixed with where its value comes from: the flag that sets the key it names
+    (``--rl.lr -1e-4: ``), else the file and line of a ``--config`` file."""
     head = re.match(r"([\w.]+)[: ]", message)
     argv = spell(argv)
     for i, a in enumerate(argv):  # the key's value on the command line, where the message quotes it
         name, eq, value = a.partition("=")
         value = value if eq else argv[i + 1] if i + 1 < len(argv) else ""
-        if head and name == f"--{head[1]}" and value and value in message:
-            return message
+        if head and name == f"--{head[1]}" and value and _quotes(message, value):
+            return f"{name} {value}: {message}"
     for path in reversed(config_files(argv)):
         where = locate(path, message)
         if where:

@@ -63,7 +63,12 @@ def run_yaml(ws, lr="1.0e-4", top_p="1.0", text: str | None = None) -> Path:
             ["run.yaml:9:11: not valid YAML", "(while parsing a flow sequence at line 8)"],
             id="malformed",
         ),
-        pytest.param({}, ["--rl.lr", "fast"], ["bad configuration: rl.lr: Expected a float"], id="flag-not-the-file"),
+        pytest.param(
+            {},
+            ["--rl.lr", "fast"],
+            ["bad configuration: --rl.lr fast: rl.lr: Expected a float"],
+            id="flag-not-the-file",
+        ),
     ],
 )
 def test_a_bad_run_yaml_names_its_file_line_and_field(capsys, ws, yaml_args, argv, expected):
@@ -73,6 +78,18 @@ def test_a_bad_run_yaml_names_its_file_line_and_field(capsys, ws, yaml_args, arg
     assert_names(line, [f"{path.parent}/{e}" if e.startswith("run.yaml") else e for e in expected])
     if argv:  # the command line set the bad value: the file is not blamed
         assert "run.yaml" not in line
+    ws.assert_unchanged()
+
+
+@pytest.mark.parametrize("flag", [["--rl.lr", "-1e-4"], ["--rl.lr=-1e-4"], ["--rl.lr", "-0.0001"]])
+def test_a_bad_flag_over_a_good_file_is_blamed_on_the_flag(capsys, ws, flag):
+    """The file's rl.lr is fine; the flag's replaces it and fails the config's check, which reports
+    the number as a float: the flag is named, not the file's line."""
+    path = run_yaml(ws)
+    code, _, err = train(capsys, ws, "--config", path, *flag)
+    line = error_line(code, err)
+    assert_names(line, ["bad configuration: --rl.lr ", ": rl.lr must be > 0, got -0.0001"])
+    assert "run.yaml" not in line
     ws.assert_unchanged()
 
 
@@ -144,7 +161,7 @@ def test_a_negative_number_is_a_value_not_an_option(capsys, ws, policy_dir, no_w
     """argparse reads ``-1e-4`` as an option (its pattern misses exponents): the value must reach the
     config's own check, which names the field."""
     code, _, err = train(capsys, ws, "--rl.lr", "-1e-4")
-    assert_names(error_line(code, err), ["rl.lr must be > 0, got -0.0001"])
+    assert_names(error_line(code, err), ["bad configuration: --rl.lr -1e-4: rl.lr must be > 0, got -0.0001"])
     code, _, err = cli(capsys, "eval", "--model", policy_dir, "--task", "arithmetic", "--temperature", "-1e-3")
     assert_names(error_line(code, err), ["temperature must be >= 0"])
     ws.assert_unchanged()
@@ -154,7 +171,7 @@ def test_a_negative_number_is_a_value_not_an_option(capsys, ws, policy_dir, no_w
 def test_the_dry_run_refuses_what_train_refuses(capsys, ws, tmp_path):
     """The same check (bench.run.train.preflight), the same line: FSDP on one process."""
     code, _, err = train(capsys, ws, "--trainer.strategy", "fsdp")
-    refused = error_line(code, err).split("error: ", 1)[1]
+    refused = error_line(code, err).split("error: --trainer.strategy fsdp: ", 1)[1]  # train names its flag
     assert "trainer.strategy fsdp needs trainer.devices x trainer.num_nodes >= 2" in refused
     spec = write_spec(tmp_path, {"overrides": {**SPEC.get("overrides", {}), "trainer.strategy": "fsdp"}})
     code, _, err = sweep_cli(capsys, ws, spec, "--dry_run")
@@ -168,7 +185,7 @@ def test_the_plan_notes_what_would_stop_a_run_on_this_machine(capsys, ws, tmp_pa
 
     monkeypatch.setattr(bench.engine.engines, "vllm_available", lambda: False)
     code, _, err = train(capsys, ws, "--rollout.engine", "vllm")
-    refused = error_line(code, err).split("error: ", 1)[1]
+    refused = error_line(code, err).split("error: --rollout.engine vllm: ", 1)[1]  # train names its flag
     assert "rollout.engine vllm needs vLLM" in refused
     spec = write_spec(tmp_path, {"overrides": {**SPEC.get("overrides", {}), "rollout.engine": "vllm"}})
     code, out, err = sweep_cli(capsys, ws, spec, "--dry_run", "--plan")
