@@ -204,7 +204,11 @@ class SweepSpec:
         ]
         labels = [m.label for m in entries]
         twice = sorted({x for x in labels if labels.count(x) > 1})
-        check(not twice, f"method label(s) {', '.join(twice)} used twice; give each entry its own label")
+        check(
+            not twice,
+            f"methods: label(s) {', '.join(map(repr, twice))} used twice; give each entry its own label "
+            "({name: ..., label: ...})",
+        )
         check(
             self.baseline in labels,
             f"baseline {self.baseline!r} is not one of the sweep's method labels: {', '.join(labels)}",

@@ -108,6 +108,7 @@ SPEC_CASES = [
     ("override-value", {"overrides": {"rl.minibatches": "two"}}, "rl.minibatches: two", ["Expected a int"]),
     ("override-key", {"overrides": {"rl.minibatchez": 2}}, "rl.minibatchez: 2", ["unknown setting 'rl.minibatchez'"]),
     ("baseline", {"baseline": "grpoo"}, "baseline: grpoo", ["is not one of the sweep's method labels"]),
+    ("labels", {"methods": ["grpo", {"name": "grpo"}]}, "methods:", ["methods: label(s) 'grpo' used twice"]),
 ]
 
 
