@@ -94,8 +94,8 @@ def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S, write: bool =
                 "name a new file or an MLflow SQLite store"
             )
         # SQLite writes its journal beside the database, so the directory must be writable too
-        readonly = [p for p in (parent, db) if p.exists() and not os.access(p, os.W_OK)]
-        if write and readonly:
+        readonly = [p for p in (parent, db) if write and p.exists() and not os.access(p, os.W_OK)]
+        if readonly:
             raise CreditBenchError(
                 f"MLflow tracking URI {uri!r}: {str(readonly[-1])!r} is read-only (SQLite writes the "
                 "store and its journal there); name a store on a writable path"

@@ -101,7 +101,7 @@ class _ConfigDumper(yaml.SafeDumper):
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    number_like = value[:1].isdigit() or value[:1] in "+-." and len(value) > 1
+    number_like = value[:1].isdigit() or (len(value) > 1 and value[0] in "+-.")
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if number_like else None)
 
 
