@@ -221,10 +221,24 @@ def _run_logger():
 
         def stop_monitor(self) -> None:
             if self.monitor is not None:
-                self.monitor.finish()
-                self.monitor = None
+                monitor, self.monitor = self.monitor, None
+                monitor.finish()
+                if getattr(monitor, "_logging_step", 1) == 0:  # nothing published: one sample at the end
+                    _last_sample(monitor)
 
     return RunLogger
+
+
+def _last_sample(monitor) -> None:
+    """Publish one system-metrics sample of a run that ended before its monitor published any (a run
+    shorter than one sampling interval, or a monitor thread that stopped early): every run that
+    monitored its system metrics shows them on the System metrics tab."""
+    try:
+        monitor.collect_metrics()
+        monitor.publish_metrics(monitor.aggregate_metrics())
+        monitor.mlflow_logger.flush()
+    except Exception as e:  # best effort, like MLflow's own monitor: a run is not failed for this
+        logging.getLogger(__name__).warning("could not log system metrics at the run's end: %s", e)
 
 
 def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], run_id: str | None = None):
@@ -253,7 +267,8 @@ def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], 
 
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # not 4 lines of INFO a run
         # CPU, memory, disk, network (and GPU with pynvml) every 10 s as system/... metrics, on
-        # the System metrics tab; a resumed run continues their steps
+        # the System metrics tab (a run that ends before the first still gets one, at its end); a
+        # resumed run continues their steps
         logger.monitor = SystemMetricsMonitor(logger.run_id, resume_logging=run_id is not None, tracking_uri=uri)
         logger.monitor.start()
     return logger

@@ -252,3 +252,18 @@ def test_task_data_is_logged_with_its_source(tmp_path, monkeypatch):
     assert local.source_type == "local" and json.loads(local.source)["uri"].endswith("data/math500/test.jsonl")
     assert json.loads(local.profile)["num_rows"] == 2
     logger.end()
+
+
+def test_a_run_shorter_than_one_sampling_interval_still_has_system_metrics(tmp_path, monkeypatch):
+    """The monitor samples every 600 s here, and the run ends at once: its end publishes one sample."""
+    from mlflow.tracking import MlflowClient
+
+    from bench.run.tracking import make_logger
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "600")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    logger = make_logger(uri, "creditbench", "short", {})
+    logger.end()
+    metrics = MlflowClient(uri).get_run(logger.run_id).data.metrics
+    assert metrics["system/cpu_utilization_percentage"] >= 0, sorted(metrics)
+    assert {"system/disk_usage_percentage", "system/system_memory_usage_megabytes"} <= set(metrics), sorted(metrics)
