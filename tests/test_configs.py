@@ -211,7 +211,8 @@ def test_activation_estimate_bounds_what_the_training_forward_keeps():
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from bench.engine.policy import enable_gradient_checkpointing, score
+    from bench.engine.policy import enable_gradient_checkpointing
+    from bench.engine.scoring import score
     from bench.run.plan import activation_gb
 
     cfg = Qwen3Config(

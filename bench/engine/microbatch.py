@@ -3,7 +3,7 @@ token count stays within ``rl.micro_batch_tokens``, so a paper-sized minibatch (
 up to 8k tokens) never goes through one forward.
 
 A micro-batch's padded token count is its rows times (its longest prompt + its longest
-completion): what :func:`bench.engine.policy.score` runs after cutting the columns that are padding
+completion): what :func:`bench.engine.scoring.score` runs after cutting the columns that are padding
 in every row. Rows are sorted by that length before they are packed, so long completions share
 micro-batches with long ones and short with short, and little is spent on padding.
 

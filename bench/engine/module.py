@@ -29,7 +29,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from bench.config import EvalConfig, RLConfig
 from bench.core import Method, RolloutBatch, Task
 from bench.distributed import ShardPlan, all_sum, gather_objects, mean_over_processes, rank, world_size
-from bench.engine import step
+from bench.engine import scoring, step
 from bench.engine.blame import (
     BlameProbe,
     blame_alignment,
@@ -40,7 +40,6 @@ from bench.engine.blame import (
 )
 from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_states, trainable_state
 from bench.engine.metrics import EvalEpoch, metric_key
-from bench.engine.policy import Scores
 from bench.engine.probe import credit_map, find_probe, probe_from_state, probe_state
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, reward_stats, train_rollouts
@@ -75,7 +74,7 @@ class RLVRModule(L.LightningModule):
         engine: RolloutEngine | None = None,
     ):
         super().__init__()
-        step.check_method(method, policy, ref_policy)
+        scoring.check_method(method, policy, ref_policy)
         self.automatic_optimization = False
         self.policy, self.ref_policy, self.tokenizer = policy, ref_policy, tokenizer
         policy.train()  # from_pretrained returns models in eval mode
@@ -147,16 +146,17 @@ class RLVRModule(L.LightningModule):
         return [opt], [{"scheduler": schedule, "interval": "step"}]
 
     # ------------------------------------------------------------------ one RL step
-    def score_batch(self, batch: RolloutBatch, fused: bool) -> Scores | None:
-        """:func:`bench.engine.step.score_batch` with this module's policies and method."""
+    def score_batch(self, batch: RolloutBatch, fused: bool | None = None) -> scoring.Scored:
+        """:func:`bench.engine.scoring.score_batch` with this module's policies and method."""
         with self._whole(self.ref_policy):
-            return step.score_batch(self.policy, self.ref_policy, self.method, batch, self.rl, fused)
+            return scoring.score_batch(self.policy, self.ref_policy, self.method, batch, self.rl, fused)
 
-    def update(self, batch: RolloutBatch, fused: bool, hidden_off: Scores | None = None) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, scored: scoring.Scored) -> dict[str, float]:
         """:func:`bench.engine.step.update` with this module's optimizer, schedule and backward."""
-        opt, sched = self.optimizers(), self.lr_schedulers()
-        args = self.policy, self.method, batch, self.rl, opt, sched, self.manual_backward, fused, hidden_off
-        return step.update(*args, skips=self.skips, step=self.rl_step + 1, no_sync=self.no_grad_sync)
+        opt = step.Optimization(
+            self.optimizers(), self.lr_schedulers(), self.manual_backward, self.skips, no_sync=self.no_grad_sync
+        )
+        return step.update(self.policy, self.method, batch, self.rl, opt, scored, step=self.rl_step + 1)
 
     def no_grad_sync(self):
         """A context in which a backward accumulates gradients locally, without the strategy's
@@ -183,10 +183,9 @@ class RLVRModule(L.LightningModule):
         sampler.samples, sampler.tokens = counted[0] + int(new[0]), counted[1] + int(new[1])
         self.engine.sleep()  # a separate engine frees its memory until the next sync
         t1 = time.perf_counter()
-        fused = step.is_fused(batch, rl)
-        hidden_off = self.score_batch(batch, fused)
+        scored = self.score_batch(batch)
         t2 = time.perf_counter()
-        stats = self.update(batch, fused, hidden_off)
+        stats = self.update(batch, scored)
         t3 = time.perf_counter()
         if self.engine.separate:  # it samples the next step with the new weights
             self.engine.sync(self.policy)

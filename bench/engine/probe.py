@@ -13,7 +13,7 @@ from bench.config import RLConfig
 from bench.core import Method, RolloutBatch
 from bench.distributed import local
 from bench.engine.sampling import RolloutSampler
-from bench.engine.step import forward, score_batch
+from bench.engine.scoring import forward, score_batch
 from bench.numerics import aggregate
 
 

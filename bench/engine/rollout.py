@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from bench.config import SamplingConfig
-from bench.engine.policy import shared_prefix_cache
+from bench.engine.scoring import shared_prefix_cache
 
 
 @dataclass

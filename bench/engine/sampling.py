@@ -17,8 +17,8 @@ import torch
 from bench.config import RLConfig, SamplingConfig
 from bench.core import Method, RolloutBatch, Task
 from bench.distributed import world_size
-from bench.engine.policy import score
 from bench.engine.rollout import RolloutEngine, completion_mask
+from bench.engine.scoring import score
 from bench.errors import CreditBenchError
 
 

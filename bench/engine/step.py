@@ -1,14 +1,10 @@
 """One RL step's optimisation, as plain functions of the policy, the method and the batch: the
-optimizer and its schedule, scoring (what the method needs beyond the training forward) and the
-PPO update (epochs x minibatches of loss, backward, clip and step).
+optimizer and its schedule, and the PPO update (epochs x minibatches of loss, backward, clip and
+step). What the update needs scored first is :mod:`bench.engine.scoring`.
 
-Nothing here needs a Trainer: the update takes the ``backward`` to call (the LightningModule's
-``manual_backward``, or ``Tensor.backward`` in a script) and the optimizer and schedule to step.
-Under LoRA (a peft model) the reference policy is the base model with the adapter disabled, so the
-reference forward and ARCA's adapter-off hidden states are one pass. With a single on-policy update
-(1 epoch, 1 minibatch: ``fused``) the behaviour log-probs and entropies come from the training
-forward itself (detached), so no separate scoring forward is spent; the ratio is then exactly 1,
-as in on-policy GRPO.
+Nothing here needs a Trainer: the update takes an :class:`Optimization` -- the optimizer and schedule
+to step and the ``backward`` to call (the LightningModule's ``manual_backward``, or
+``Tensor.backward`` in a script).
 """
 
 from __future__ import annotations
@@ -16,39 +12,21 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from bench.config import RLConfig
-from bench.core import NEEDS, Method, RolloutBatch
+from bench.core import Method, RolloutBatch
 from bench.distributed import all_sum, clip_grad_norm, world_size
 from bench.engine import microbatch
 from bench.engine.diagnostics import credit_diagnostics
-from bench.engine.policy import Scores, score
+from bench.engine.scoring import Scored, Scores, forward, set_residual
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate, k3_kl, masked_mean
-
-REFERENCE_NEEDS = frozenset({"ref_logprobs", "ref_entropy", "ref_kl", "hidden_residual", "hidden_residual_separate"})
-
-
-def check_method(method: Method, policy, ref_policy) -> None:
-    """Refuse a method whose ``needs`` the step cannot compute for this policy, saying what to change."""
-    lora = hasattr(policy, "disable_adapter")  # a peft model: the reference is the adapter-off pass
-    unsupported = method.required - NEEDS
-    if unsupported:
-        raise CreditBenchError(f"method needs {sorted(unsupported)}, which this engine cannot compute")
-    if method.required & {"hidden_residual", "hidden_residual_separate"} and not lora:
-        raise CreditBenchError(
-            "method needs hidden_residual (adapter-on vs adapter-off hidden states): "
-            "train with LoRA (set model.lora.rank > 0)"
-        )
-    if method.required & REFERENCE_NEEDS and ref_policy is None and not lora:
-        raise CreditBenchError(
-            "method needs the reference policy but none was given (and the policy has no LoRA adapter)"
-        )
 
 
 def make_optimizer(policy, rl: RLConfig) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
@@ -75,93 +53,6 @@ def make_optimizer(policy, rl: RLConfig) -> tuple[torch.optim.AdamW, torch.optim
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def forward(model, batch: RolloutBatch, rl: RLConfig, with_entropy: bool, **kw) -> Scores:
-    """``model``'s log-probs (and what ``kw`` asks for) of the batch's completions, at the sampling temperature."""
-    return score(
-        model,
-        batch.prompt_ids,
-        batch.prompt_mask,
-        batch.completion_ids,
-        batch.completion_mask,
-        rl.sampling.temperature or 1.0,
-        with_entropy,
-        **kw,
-    )
-
-
-def reference(policy, ref_policy):
-    """The reference policy: the base model with the adapter disabled under LoRA, else the frozen copy."""
-    if hasattr(policy, "disable_adapter"):
-
-        @contextlib.contextmanager
-        def disabled():
-            with policy.disable_adapter():
-                yield policy
-
-        return disabled()
-    return contextlib.nullcontext(ref_policy)
-
-
-@torch.no_grad()
-def score_batch(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLConfig, fused: bool) -> Scores | None:
-    """Fill what the method needs that the training forward cannot provide. Returns the adapter-off
-    forward when the method needs ``hidden_residual`` and the update is ``fused``: the residual is then
-    taken against the training forward, so hand it to :func:`update`; else None.
-
-    Under a token budget (``rl.micro_batch_tokens``) the passes run one micro-batch at a time and
-    their outputs are written back into the batch's tensors (a fused update never splits)."""
-    parts = microbatch.split(batch, 0 if fused else rl.micro_batch_tokens)
-    if len(parts) == 1:
-        return _score_part(policy, ref_policy, method, batch, rl, fused)
-    for index in parts:
-        part = batch.select(index)
-        _score_part(policy, ref_policy, method, part, rl, fused=False)
-        microbatch.write_back(batch, part, index)
-    return None
-
-
-def _score_part(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLConfig, fused: bool) -> Scores | None:
-    req = method.required
-    separate = "hidden_residual_separate" in req  # the adapter-on states from their own pass even when fused
-    hidden = "hidden_residual" in req or separate
-    pol = None
-    if not fused or "ref_kl" in req or separate:
-        with_hidden = hidden or "hidden_states" in req
-        pol = forward(policy, batch, rl, with_entropy=True, with_logits="ref_kl" in req, with_hidden=with_hidden)
-        batch.old_logprobs, batch.entropy = pol.logprobs, pol.entropy
-        if "hidden_states" in req:
-            batch.hidden_states = pol.hidden
-    if not req & REFERENCE_NEEDS:
-        return None
-    with reference(policy, ref_policy) as ref:
-        r = forward(ref, batch, rl, with_entropy="ref_entropy" in req, with_logits="ref_kl" in req, with_hidden=hidden)
-    batch.ref_logprobs = r.logprobs
-    batch.ref_entropy = r.entropy
-    if "ref_kl" in req:  # exact KL(pi_old || pi_ref) over the vocabulary at each position
-        logp, logq = torch.log_softmax(pol.logits, -1), torch.log_softmax(r.logits, -1)
-        batch.ref_kl = (logp.exp() * (logp - logq)).sum(-1)
-    if hidden and pol is not None:
-        set_residual(batch, pol, r)
-    return r if hidden and fused and not separate else None
-
-
-def is_fused(batch: RolloutBatch, rl: RLConfig) -> bool:
-    """Whether the update is one on-policy optimizer step whose training forward also gives the
-    behaviour log-probs (no scoring pass): one epoch, one minibatch, and the batch in one micro-batch
-    on every process (they agree, so every process runs the same passes)."""
-    if rl.ppo_epochs != 1 or rl.minibatches != 1:
-        return False
-    split = len(microbatch.split(batch, rl.micro_batch_tokens)) > 1
-    return not bool(all_sum(torch.tensor([float(split)], device=batch.completion_mask.device))[0])
-
-
-def set_residual(batch: RolloutBatch, on: Scores, off: Scores) -> None:
-    """ARCA's salience input: ||h_adapter_on - h_adapter_off||_2 per token, after and before the final norm."""
-    batch.hidden_residual = (on.hidden - off.hidden).float().norm(dim=-1)
-    if on.hidden_pre is not None and off.hidden_pre is not None:
-        batch.extra["hidden_residual_prenorm"] = (on.hidden_pre - off.hidden_pre).float().norm(dim=-1)
-
-
 class SkippedUpdates:
     """Updates skipped for a non-finite loss or gradient: the gradients are dropped, the weights and
     AdamW's state left as they are, and the run stops once more than ``limit`` were skipped."""
@@ -185,7 +76,7 @@ class SkippedUpdates:
             f"RL step {step}: non-finite {what}; update skipped, weights unchanged ({self.count} skipped "
             f"so far, at most rl.max_skipped_updates={self.limit})",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
@@ -210,23 +101,25 @@ class _Means:
         return out
 
 
+@dataclass
+class Optimization:
+    """How :func:`update` takes its optimizer steps: the optimizer and its schedule (stepped per
+    optimizer step), the ``backward`` to call, the count of updates skipped so far (a fresh one with
+    ``rl.max_skipped_updates`` when None), and ``no_sync`` (DDP's, FSDP's): a context that holds back
+    the gradient all-reduce, entered for every micro-batch of a minibatch but the last."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    backward: Callable[[Tensor], None] = Tensor.backward
+    skips: SkippedUpdates | None = None
+    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+
 def update(
-    policy,
-    method: Method,
-    batch: RolloutBatch,
-    rl: RLConfig,
-    optimizer,
-    scheduler,
-    backward: Callable[[Tensor], None],
-    fused: bool,
-    hidden_off: Scores | None = None,
-    *,
-    skips: SkippedUpdates | None = None,
-    step: int = 1,
-    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    policy, method: Method, batch: RolloutBatch, rl: RLConfig, opt: Optimization, scored: Scored, *, step: int = 1
 ) -> dict[str, float]:
-    """PPO epochs x minibatches of optimizer steps on ``batch`` (scored by :func:`score_batch` with the
-    same ``fused``, whose return is ``hidden_off``), this process's groups of RL step ``step``.
+    """PPO epochs x minibatches of optimizer steps on ``batch`` (as :func:`score_batch` left it:
+    ``scored``), this process's groups of RL step ``step``; the step's statistics.
 
     With W processes a minibatch is the union of every process's minibatch of the same index:
     the aggregation divides by that global minibatch's token and sequence counts, and the loss
@@ -236,107 +129,172 @@ def update(
 
     Under a token budget (``rl.micro_batch_tokens``, see :mod:`bench.engine.microbatch`) each
     minibatch's gradient accumulates over its micro-batches, normalised by the same global counts,
-    before its one optimizer step; ``no_sync`` (DDP's, FSDP's) holds back the gradient all-reduce for
-    every micro-batch but the last.
+    before its one optimizer step.
     """
-    cfg, world = method.config, world_size()
-    skips = skips if skips is not None else SkippedUpdates(rl.max_skipped_updates)
-    # from the training forward when fused: the residual against the adapter-off pass, the hidden states
-    hidden = "hidden_residual" in method.required and hidden_off is not None
-    states = "hidden_states" in method.required
-    credit = None if fused else method.credit(batch)
-    acc: dict[str, list[float]] = {}
-    diagnostics: dict[str, float] = {}
+    skips = opt.skips if opt.skips is not None else SkippedUpdates(rl.max_skipped_updates)
+    credit = None if scored.fused else method.credit(batch)
+    log = _Log()
     for epoch in range(rl.ppo_epochs):
-        order = torch.randperm(batch.size, device=batch.completion_mask.device) if rl.minibatches > 1 else None
-        for mb_index in range(rl.minibatches):
-            if order is None:
-                mb, idx = batch, None
-            else:
-                idx = order.tensor_split(rl.minibatches)[mb_index]
-                mb = batch.select(idx)
+        for index, (mb, rows) in enumerate(_minibatches(batch, rl)):
             s = None
-            if fused:  # single on-policy update: behaviour = current policy, ratio == 1
-                s = forward(policy, mb, rl, with_entropy=True, with_hidden=hidden or states)
-                batch.old_logprobs, batch.entropy = s.logprobs.detach(), s.entropy
-                if hidden:
-                    set_residual(batch, s, hidden_off)
-                if states:
-                    batch.hidden_states = s.hidden
+            if scored.fused:  # single on-policy update: behaviour = current policy, ratio == 1
+                s = _training_forward(policy, method, batch, rl, scored.adapter_off)
                 credit = method.credit(batch)
-            c = credit if idx is None else credit[idx]
+            c = credit if rows is None else credit[rows]
             method.on_minibatch(mb)
-            parts = [None] if fused else microbatch.split(mb, rl.micro_batch_tokens)
-            if len(parts) == 1:
-                parts = [None]
-                counted = None
-            else:  # the whole minibatch's loss mask, before any part's backward (see bench.engine.microbatch)
-                with torch.no_grad():
-                    whole = method.loss(mb, mb.old_logprobs, c).mask
-                counted = mb.completion_mask if whole is None else whole.to(mb.completion_mask.dtype)
-                rows_left = counted.new_tensor(mb.size) if whole is None else (counted.sum(-1) > 0).sum()
-                counts = all_sum(torch.stack([counted.sum(), rows_left]))
-            first = epoch == 0 and mb_index == 0  # before any update: ratio 1, so this is the credit as designed
-            split = counted is not None
-            grad_lp = torch.zeros_like(mb.completion_mask, dtype=torch.float32) if first and split else None
-            means, total, scalars = _Means(), 0.0, {}
-            optimizer.zero_grad(set_to_none=True)  # the parts' gradients add up to this minibatch's alone
-            for part_index, pidx in enumerate(parts):
-                part, cp = (mb, c) if pidx is None else (mb.select(pidx), c[pidx])
-                if s is None or pidx is not None:
-                    # with_entropy only when fused: otherwise the scoring pass had it
-                    s = forward(policy, part, rl, with_entropy=fused, with_hidden=fused and (hidden or states))
-                out = method.loss(part, s.logprobs, cp)
-                mask = part.completion_mask if out.mask is None else out.mask.to(part.completion_mask.dtype)  # [b, T]
-                if counted is None:
-                    rows = mask.new_tensor(part.size) if out.mask is None else (mask.sum(-1) > 0).sum()  # rows left
-                    counts = all_sum(torch.stack([mask.sum(), rows]))
-                norm = {"max_len": batch.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
-                method_loss = aggregate(out.loss, mask, cfg.aggregation, **norm)
-                loss = method_loss
-                if first:
-                    grad = torch.autograd.grad(method_loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
-                    grad = torch.zeros_like(s.logprobs) if grad is None else grad
-                    if grad_lp is None:
-                        diagnostics = credit_diagnostics(-grad, mb.completion_mask)
-                    else:
-                        grad_lp[pidx] = grad
-                if cfg.kl_coef > 0:
-                    kl = k3_kl(s.logprobs, part.ref_logprobs)
-                    loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, **norm)
-                    means.add("loss/kl", kl, part.completion_mask)
-                last = part_index == len(parts) - 1
-                with contextlib.nullcontext() if last else no_sync():
-                    backward(loss * world)  # DDP divides the sum of the processes' gradients by W
-                total += float(loss.detach())
-                for k, v in out.stats.items():
-                    means.add(f"train/{k}", v, part.completion_mask)
-                for k, v in out.scalars.items():  # per call: weighted by the part's rows
-                    scalars.setdefault(f"train/{k}", []).append((float(v), part.size))
-            if grad_lp is not None:
-                diagnostics = credit_diagnostics(-grad_lp, mb.completion_mask)
-            gn = clip_grad_norm(optimizer.param_groups[0]["params"], rl.grad_clip or float("inf"))
-            # every process must agree: after DDP's all-reduce the norm is the same everywhere, the loss is not
-            bad = torch.stack([gn.new_tensor(float(not math.isfinite(total))), (~gn.isfinite()).float()])
-            finite = bool(all_sum(bad.sum().reshape(1))[0] == 0)
-            if finite:
-                optimizer.step()
+            first = epoch == 0 and index == 0  # before any update: ratio 1, so this is the credit as designed
+            grads = _gradient(policy, method, mb, c, rl, opt, trained=s, first=first)
+            finite, grad_norm = _optimizer_step(opt, skips, grads.total, rl, step)
+            log.add(grads, finite, grad_norm)
+    return log.stats(batch, credit, skips, opt.scheduler)
+
+
+def _minibatches(batch: RolloutBatch, rl: RLConfig) -> Iterator[tuple[RolloutBatch, Tensor | None]]:
+    """One epoch's minibatches, each with its rows of ``batch`` (None: the whole batch), in a fresh
+    random order each epoch."""
+    if rl.minibatches == 1:
+        yield batch, None
+        return
+    order = torch.randperm(batch.size, device=batch.completion_mask.device)
+    for rows in order.tensor_split(rl.minibatches):
+        yield batch.select(rows), rows
+
+
+def _training_forward(policy, method: Method, batch: RolloutBatch, rl: RLConfig, adapter_off: Scores | None) -> Scores:
+    """A fused update's training forward, which also gives the batch what scoring left out: the
+    behaviour log-probs (detached) and entropies, ARCA's residual against ``adapter_off``, the hidden
+    states."""
+    residual = "hidden_residual" in method.required and adapter_off is not None
+    states = "hidden_states" in method.required
+    s = forward(policy, batch, rl, with_entropy=True, with_hidden=residual or states)
+    batch.old_logprobs, batch.entropy = s.logprobs.detach(), s.entropy
+    if residual:
+        set_residual(batch, s, adapter_off)
+    if states:
+        batch.hidden_states = s.hidden
+    return s
+
+
+@dataclass
+class _Gradient:
+    """One minibatch's gradient, accumulated over its parts: the summed loss, what it logs, and the
+    credit diagnostics (its first minibatch only)."""
+
+    total: float = 0.0
+    means: _Means = field(default_factory=_Means)
+    scalars: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+
+
+def _gradient(
+    policy,
+    method: Method,
+    mb: RolloutBatch,
+    credit: Tensor,
+    rl: RLConfig,
+    opt: Optimization,
+    *,
+    trained: Scores | None,
+    first: bool,
+) -> _Gradient:
+    """Zero the gradients and backpropagate ``mb``'s loss, one micro-batch at a time under the token
+    budget (all parts normalised by the whole minibatch's global counts), in one part when the update is
+    fused (``trained``: its training forward, already run). On the first minibatch, the credit
+    diagnostics of the gradient with respect to each token's log-prob."""
+    parts = [None] if trained is not None else microbatch.split(mb, rl.micro_batch_tokens)
+    parts = [None] if len(parts) == 1 else parts
+    counts = None if parts == [None] else _minibatch_counts(method, mb, credit)
+    grad_lp = torch.zeros_like(mb.completion_mask, dtype=torch.float32) if first and counts is not None else None
+    g, world = _Gradient(), world_size()
+    opt.optimizer.zero_grad(set_to_none=True)  # the parts' gradients add up to this minibatch's alone
+    for i, rows in enumerate(parts):
+        part, c = (mb, credit) if rows is None else (mb.select(rows), credit[rows])
+        s = (
+            trained
+            if trained is not None and rows is None
+            else forward(policy, part, rl, with_entropy=False, with_hidden=False)
+        )
+        out = method.loss(part, s.logprobs, c)
+        mask = part.completion_mask if out.mask is None else out.mask.to(part.completion_mask.dtype)  # [b, T]
+        if counts is None:
+            rows_left = mask.new_tensor(part.size) if out.mask is None else (mask.sum(-1) > 0).sum()
+            counts = all_sum(torch.stack([mask.sum(), rows_left]))
+        norm = {"max_len": mb.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
+        loss = aggregate(out.loss, mask, method.config.aggregation, **norm)
+        if first:
+            grad = torch.autograd.grad(loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
+            grad = torch.zeros_like(s.logprobs) if grad is None else grad
+            if grad_lp is None:
+                g.diagnostics = credit_diagnostics(-grad, mb.completion_mask)
             else:
-                skips.skip(optimizer, total, float(gn), step)
-            scheduler.step()  # the schedule follows the steps taken or skipped
-            if finite:
-                acc.setdefault("loss/total", []).append(total * world)  # its process mean: the loss
-                acc.setdefault("train/grad_norm", []).append(float(gn))
-            for k, v in means.means().items():
-                acc.setdefault(k, []).append(v)
-            for k, vs in scalars.items():
-                mean = vs[0][0] if len(vs) == 1 else sum(v * n for v, n in vs) / sum(n for _, n in vs)
-                acc.setdefault(k, []).append(mean)
-    stats = {k: float(np.mean(v)) for k, v in acc.items()}
-    stats["train/skipped_updates"] = float(skips.count)
-    mask = batch.completion_mask
-    stats["train/entropy"] = float(masked_mean(batch.entropy, mask))
-    stats["credit/abs_mean"] = float(masked_mean(credit.abs(), mask))
-    stats.update(diagnostics)
-    stats["train/lr"] = float(scheduler.get_last_lr()[0])
-    return stats
+                grad_lp[rows] = grad
+        if method.config.kl_coef > 0:
+            kl = k3_kl(s.logprobs, part.ref_logprobs)
+            loss = loss + method.config.kl_coef * aggregate(kl, mask, method.config.aggregation, **norm)
+            g.means.add("loss/kl", kl, part.completion_mask)
+        with contextlib.nullcontext() if i == len(parts) - 1 else opt.no_sync():
+            opt.backward(loss * world)  # DDP divides the sum of the processes' gradients by W
+        g.total += float(loss.detach())
+        for k, v in out.stats.items():
+            g.means.add(f"train/{k}", v, part.completion_mask)
+        for k, v in out.scalars.items():  # per call: weighted by the part's rows
+            g.scalars.setdefault(f"train/{k}", []).append((float(v), part.size))
+    if grad_lp is not None:
+        g.diagnostics = credit_diagnostics(-grad_lp, mb.completion_mask)
+    return g
+
+
+@torch.no_grad()
+def _minibatch_counts(method: Method, mb: RolloutBatch, credit: Tensor) -> Tensor:
+    """The whole minibatch's global (token, row) counts under the method's loss mask, taken before any
+    part's backward (see :mod:`bench.engine.microbatch`)."""
+    whole = method.loss(mb, mb.old_logprobs, credit).mask
+    counted = mb.completion_mask if whole is None else whole.to(mb.completion_mask.dtype)
+    rows_left = counted.new_tensor(mb.size) if whole is None else (counted.sum(-1) > 0).sum()
+    return all_sum(torch.stack([counted.sum(), rows_left]))
+
+
+def _optimizer_step(
+    opt: Optimization, skips: SkippedUpdates, total: float, rl: RLConfig, step: int
+) -> tuple[bool, float]:
+    """Clip the gradient and step, unless the loss or the gradient norm is non-finite on any process
+    (then the update is skipped); the schedule steps either way. Returns (stepped, gradient norm)."""
+    gn = clip_grad_norm(opt.optimizer.param_groups[0]["params"], rl.grad_clip or float("inf"))
+    # every process must agree: after DDP's all-reduce the norm is the same everywhere, the loss is not
+    bad = torch.stack([gn.new_tensor(float(not math.isfinite(total))), (~gn.isfinite()).float()])
+    finite = bool(all_sum(bad.sum().reshape(1))[0] == 0)
+    if finite:
+        opt.optimizer.step()
+    else:
+        skips.skip(opt.optimizer, total, float(gn), step)
+    opt.scheduler.step()  # the schedule follows the steps taken or skipped
+    return finite, float(gn)
+
+
+class _Log:
+    """The update's statistics: per optimizer step, then their means over the steps."""
+
+    def __init__(self):
+        self.acc: dict[str, list[float]] = {}
+        self.diagnostics: dict[str, float] = {}
+
+    def add(self, g: _Gradient, stepped: bool, grad_norm: float) -> None:
+        if stepped:
+            self.acc.setdefault("loss/total", []).append(g.total * world_size())  # its process mean: the loss
+            self.acc.setdefault("train/grad_norm", []).append(grad_norm)
+        for k, v in g.means.means().items():
+            self.acc.setdefault(k, []).append(v)
+        for k, vs in g.scalars.items():
+            mean = vs[0][0] if len(vs) == 1 else sum(v * n for v, n in vs) / sum(n for _, n in vs)
+            self.acc.setdefault(k, []).append(mean)
+        self.diagnostics = self.diagnostics or g.diagnostics
+
+    def stats(self, batch: RolloutBatch, credit: Tensor, skips: SkippedUpdates, scheduler) -> dict[str, float]:
+        stats = {k: float(np.mean(v)) for k, v in self.acc.items()}
+        stats["train/skipped_updates"] = float(skips.count)
+        mask = batch.completion_mask
+        stats["train/entropy"] = float(masked_mean(batch.entropy, mask))
+        stats["credit/abs_mean"] = float(masked_mean(credit.abs(), mask))
+        stats.update(self.diagnostics)
+        stats["train/lr"] = float(scheduler.get_last_lr()[0])
+        return stats

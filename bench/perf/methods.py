@@ -6,7 +6,7 @@
 
 For each completion length T, one fixed rollout batch (B = tokens / T rows in groups of 4, lengths
 drawn in [T/2, T], mixed rewards) is trained on by every method through the engine's own code path,
-called without a Trainer (``bench.engine.step.score_batch`` then ``bench.engine.step.update``: the
+called without a Trainer (``bench.engine.scoring.score_batch`` then ``bench.engine.step.update``: the
 forward with grad, the method's credit and loss, aggregation, backward, clip and AdamW;
 ``score_batch`` holds any extra forward a method needs, such as ARCA's adapter-off pass). The KL
 term is off for every method so that only credit and loss differ. A method that needs LoRA (ARCA)
@@ -35,7 +35,8 @@ from bench.config import RLConfig, SamplingConfig
 from bench.core import RolloutBatch
 from bench.engine.policy import add_lora, build_tiny, num_parameters
 from bench.engine.sampling import RolloutSampler
-from bench.engine.step import score_batch, update
+from bench.engine.scoring import score_batch
+from bench.engine.step import Optimization, update
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS
 
@@ -157,8 +158,8 @@ class Bench:
             t0 = time.perf_counter()
             with contextlib.suppress(NoGeneration):
                 b = method.augment(b, self.sampler)
-            hidden_off = score_batch(self.policy, None, method, b, rl, fused=True)
-            update(self.policy, method, b, rl, opt, sched, torch.Tensor.backward, fused=True, hidden_off=hidden_off)
+            scored = score_batch(self.policy, None, method, b, rl, fused=True)
+            update(self.policy, method, b, rl, Optimization(opt, sched), scored)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - t0

@@ -22,7 +22,8 @@ from bench.config import RLConfig, SamplingConfig
 from bench.core import RolloutBatch
 from bench.engine import microbatch
 from bench.engine.policy import TINY_SIZES, build_tiny, char_tokenizer
-from bench.engine.step import score_batch, update
+from bench.engine.scoring import score_batch
+from bench.engine.step import Optimization, update
 from bench.errors import CreditBenchError
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
 from bench.registry import METHODS
@@ -90,12 +91,12 @@ def one_update(model: str, case: str, groups: int, g: int, budget: int) -> tuple
         sampling=SamplingConfig(max_new_tokens=MAX_NEW),
     )
     batch = rollout_batch(tok, groups, g)
-    score_batch(policy, None, method, batch, RLConfig(**{**rl.__dict__, "micro_batch_tokens": 0}), fused=False)
+    scored = score_batch(policy, None, method, batch, RLConfig(**{**rl.__dict__, "micro_batch_tokens": 0}), fused=False)
     opt = Recorded([p for p in policy.parameters() if p.requires_grad])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     torch.manual_seed(7)
     t = time.perf_counter()
-    update(policy, method, batch, rl, opt, sched, torch.Tensor.backward, False)
+    update(policy, method, batch, rl, Optimization(opt, sched), scored)
     return opt.grads, time.perf_counter() - t
 
 

@@ -25,7 +25,8 @@ from lightning.pytorch.loggers import Logger
 from bench.config import EvalConfig, RLConfig
 from bench.engine.data import PromptDataModule
 from bench.engine.module import RLVRModule
-from bench.engine.policy import build_tiny, num_parameters, score
+from bench.engine.policy import build_tiny, num_parameters
+from bench.engine.scoring import score
 from bench.numerics import aggregate
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS, TASKS

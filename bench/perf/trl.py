@@ -44,7 +44,7 @@ times erratic there).
 The floor is what no RL step can avoid done the plain way, also in its own subprocess: a bare
 ``generate`` of the same batch plus one forward/backward (plain ``model(...)``, log-probs of the
 completion tokens) and an AdamW step over the same tokens, fp32. It computes every row's prompt;
-creditbench computes each distinct prompt once per group of G (bench/engine/policy.py), so its step can
+creditbench computes each distinct prompt once per group of G (bench/engine/scoring.py), so its step can
 go under the floor. Reported per size: medians over repetitions of each run's median step, and the
 ratios creditbench / TRL of step time, tokens/s and peak memory, and step / floor.
 """

@@ -114,7 +114,7 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     from bench.engine.module import RLVRModule
     from bench.engine.policy import add_lora, enable_gradient_checkpointing, num_parameters
     from bench.engine.rollout import HFRolloutEngine
-    from bench.engine.step import REFERENCE_NEEDS
+    from bench.engine.scoring import REFERENCE_NEEDS
     from bench.run.train import make_strategy, resolve
 
     r = resolve(cfg)

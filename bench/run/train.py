@@ -159,7 +159,7 @@ def run(cfg: RunConfig, progress: bool = True, checked: Resolved | None = None) 
         load_policy,
         num_parameters,
     )
-    from bench.engine.step import REFERENCE_NEEDS
+    from bench.engine.scoring import REFERENCE_NEEDS
     from bench.run.fingerprint import fingerprint
     from bench.run.progress import rl_steps, rl_total, step_progress
     from bench.run.result import RunResult

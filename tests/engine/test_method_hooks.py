@@ -11,10 +11,11 @@ import torch
 
 from bench.config import RLConfig, SamplingConfig
 from bench.core import LossOutput, Method, MethodConfig, RolloutBatch
-from bench.engine.policy import add_lora, build_tiny, score
+from bench.engine.policy import add_lora, build_tiny
 from bench.engine.rollout import HFRolloutEngine
 from bench.engine.sampling import RolloutSampler
-from bench.engine.step import make_optimizer, score_batch, update
+from bench.engine.scoring import Scored, score, score_batch
+from bench.engine.step import Optimization, make_optimizer, update
 from bench.numerics import aggregate
 from bench.registry import TASKS
 
@@ -67,8 +68,8 @@ def test_hidden_states_are_the_behaviour_policys(setup, fused):
     with torch.no_grad():
         want = score(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, with_hidden=True).hidden
     opt, sched = make_optimizer(policy, rl)
-    score_batch(policy, None, Probe(), b, rl, fused)
-    update(policy, Probe(), b, rl, opt, sched, torch.Tensor.backward, fused)
+    scored = score_batch(policy, None, Probe(), b, rl, fused)
+    update(policy, Probe(), b, rl, Optimization(opt, sched), scored)
     assert Probe.seen[-1].shape == want.shape
     torch.testing.assert_close(Probe.seen[-1], want, atol=1e-5, rtol=1e-5)
 
@@ -84,7 +85,7 @@ def test_a_method_loss_mask_sets_the_denominator_and_scalars_are_logged(setup):
         s = score(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, with_entropy=False)
     lp = s.logprobs
     opt, sched = make_optimizer(policy, rl)
-    stats = update(policy, method, b, rl, opt, sched, torch.Tensor.backward, True)
+    stats = update(policy, method, b, rl, Optimization(opt, sched), Scored(fused=True))
     credit = (2 * b.rewards - 1)[:, None].expand_as(lp)
     mask = b.completion_mask.clone()
     mask[0] = 0
@@ -113,12 +114,12 @@ def test_the_adapter_on_states_from_their_own_pass():
     rl = RLConfig(steps=1, prompts_per_step=2, group_size=G, lr=1e-3)
     arca = METHODS.get("arca")
     separate, shared = RolloutBatch.concat([batch]), RolloutBatch.concat([batch])
-    assert score_batch(policy, None, arca(arca.Config(adapted_pass="separate")), separate, rl, True) is None
-    off = score_batch(policy, None, arca(arca.Config(adapted_pass="training")), shared, rl, True)
-    assert off is not None and shared.hidden_residual is None
+    assert score_batch(policy, None, arca(arca.Config(adapted_pass="separate")), separate, rl, True).adapter_off is None
+    scored = score_batch(policy, None, arca(arca.Config(adapted_pass="training")), shared, rl, True)
+    assert scored.adapter_off is not None and shared.hidden_residual is None
     opt, sched = make_optimizer(policy, rl)
     training = arca(arca.Config(adapted_pass="training"))
-    update(copy.deepcopy(policy), training, shared, rl, opt, sched, torch.Tensor.backward, True, off)
+    update(copy.deepcopy(policy), training, shared, rl, Optimization(opt, sched), scored)
     assert float(separate.hidden_residual.max()) > 0
     torch.testing.assert_close(separate.hidden_residual, shared.hidden_residual, atol=1e-5, rtol=1e-5)
 

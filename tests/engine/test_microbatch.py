@@ -13,7 +13,8 @@ import torch
 from bench.config import RLConfig, SamplingConfig
 from bench.engine import microbatch
 from bench.engine.policy import add_lora, build_tiny, char_tokenizer
-from bench.engine.step import is_fused, score_batch, update
+from bench.engine.scoring import is_fused, score_batch
+from bench.engine.step import Optimization, update
 from bench.errors import CreditBenchError
 from bench.registry import METHODS
 from tests.engine.test_step import GROUPS, G, T, fixed_batch
@@ -68,12 +69,12 @@ def run(method_name: str, options: dict, budget: int, epochs: int = 1, minibatch
     both updates start from bitwise the same behaviour log-probs and entropies): the gradients of
     every optimizer step, the statistics, and how many micro-batches the batch had."""
     policy, ref, method, batch = setup(method_name, options, lora)
-    score_batch(policy, ref, method, batch, rl_config(0, epochs, minibatches), fused=False)
+    scored = score_batch(policy, ref, method, batch, rl_config(0, epochs, minibatches), fused=False)
     rl = rl_config(budget, epochs, minibatches)
     opt = Recorded([p for p in policy.parameters() if p.requires_grad])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     torch.manual_seed(7)  # the minibatch order
-    stats = update(policy, method, batch, rl, opt, sched, torch.Tensor.backward, False)
+    stats = update(policy, method, batch, rl, Optimization(opt, sched), scored)
     return {"grads": opt.grads, "stats": stats, "parts": len(microbatch.split(batch, budget))}
 
 

@@ -2,8 +2,9 @@ import pytest
 import torch
 
 from bench.config import SamplingConfig
-from bench.engine.policy import TINY_SIZES, build_tiny, char_tokenizer, load_policy, num_parameters, score
+from bench.engine.policy import TINY_SIZES, build_tiny, char_tokenizer, load_policy, num_parameters
 from bench.engine.rollout import HFRolloutEngine, completion_mask
+from bench.engine.scoring import score
 from bench.errors import CreditBenchError
 
 

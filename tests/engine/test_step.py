@@ -14,7 +14,8 @@ from bench.config import EvalConfig, RLConfig
 from bench.core import RolloutBatch
 from bench.engine.module import RLVRModule
 from bench.engine.policy import add_lora, build_tiny, char_tokenizer
-from bench.engine.step import make_optimizer, score_batch, update
+from bench.engine.scoring import score_batch
+from bench.engine.step import Optimization, make_optimizer, update
 from bench.registry import METHODS, TASKS
 
 G, GROUPS, P, T = 4, 3, 6, 10
@@ -58,8 +59,7 @@ class OneUpdate(RLVRModule):
     def training_step(self, rows, batch_idx):
         fused = self.rl.ppo_epochs == 1 and self.rl.minibatches == 1
         torch.manual_seed(7)  # the minibatch order
-        hidden_off = self.score_batch(self.batch, fused)
-        self.stats = self.update(self.batch, fused, hidden_off)
+        self.stats = self.update(self.batch, self.score_batch(self.batch, fused))
         self.grads = {n: p.grad.clone() for n, p in self.policy.named_parameters() if p.grad is not None}
 
 
@@ -101,9 +101,10 @@ def test_the_plain_update_is_the_modules_update(method_name, options, lora, epoc
     batch = fixed_batch(tok)
     opt, sched = make_optimizer(policy, rl)
     torch.manual_seed(7)
-    hidden_off = score_batch(policy, ref, cls(cls.Config(**options)), batch, rl, fused)
-    assert (hidden_off is not None) == (lora and fused and options.get("adapted_pass") == "training")
-    stats = update(policy, cls(cls.Config(**options)), batch, rl, opt, sched, torch.Tensor.backward, fused, hidden_off)
+    scored = score_batch(policy, ref, cls(cls.Config(**options)), batch, rl)
+    assert scored.fused == fused
+    assert (scored.adapter_off is not None) == (lora and fused and options.get("adapted_pass") == "training")
+    stats = update(policy, cls(cls.Config(**options)), batch, rl, Optimization(opt, sched), scored)
     grads = {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
 
     # the module under Lightning

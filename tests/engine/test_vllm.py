@@ -16,8 +16,9 @@ import torch
 from vllm_support import GREEDY, PROMPTS, assert_same, perturb
 
 from bench.config import RolloutConfig, SamplingConfig
-from bench.engine.policy import add_lora, score
+from bench.engine.policy import add_lora
 from bench.engine.rollout import HFRolloutEngine, rollout_mismatch
+from bench.engine.scoring import score
 from bench.engine.vllm_engine import VLLMRolloutEngine, merged_state_dict
 
 

@@ -16,8 +16,8 @@ from vllm_support import GREEDY, PROMPTS, assert_same
 
 from bench.config import EvalConfig, RLConfig, RolloutConfig, SamplingConfig
 from bench.engine.module import RLVRModule
-from bench.engine.policy import score
 from bench.engine.rollout import HFRolloutEngine
+from bench.engine.scoring import score
 from bench.engine.vllm_engine import VLLMRolloutEngine
 from methods.grpo import GRPO, GRPOConfig
 from tests.fitting import fit_rows
