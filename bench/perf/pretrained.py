@@ -67,14 +67,15 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, mid - half), min(1.0, mid + half)
 
 
-def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str) -> dict:
+def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str, allow_code: bool = False) -> dict:
+    from bench.core import code_execution_allowed, code_execution_refused
     from bench.registry import TASKS as REGISTRY
     from bench.run.evaluate import evaluate, parser
 
     argv = ["--model", MODEL, "--task", task_name, "--n", "1", "--k", "1", "--temperature", "0"]
     argv += ["--num_problems", str(problems), "--max_new_tokens", str(max_new_tokens), "--batch_size", str(problems)]
     argv += ["--template", "chat", "--uri", uri, "--samples_to_log", "0"]
-    if task_name in CODE:
+    if allow_code:
         argv.append("--allow_code_execution")
     a = parser().parse_args(argv)
     from bench.core import build_config
@@ -84,7 +85,9 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str) 
     a.model = str(resolve(a.model))
     cls = REGISTRY.get(task_name)
     task = cls(build_config(cls.Config, _task_options(a), f"task {task_name!r}"))
-    if task.executes_code:
+    if task.executes_code:  # the same opt-in as everywhere (docs/tasks.md)
+        if not code_execution_allowed(a.allow_code_execution):
+            raise CreditBenchError(code_execution_refused(task_name))
         task.allow_code_execution()
     rows = task.load("eval")
     rows = rows.select(range(min(problems, len(rows))))
@@ -116,6 +119,7 @@ def run_config(task_name: str, args):
     rl |= {"micro_batch_tokens": args.rl_micro_batch_tokens, "sampling": {"max_new_tokens": args.rl_max_new_tokens}}
     d = {"model": {"name": MODEL, "dtype": "float32", "lora": lora}, "precision": "32-true", "rl": rl}
     d |= {"task": {"name": task_name, "options": {"template": "chat"}}, "method": {"name": "grpo"}}
+    d["allow_code_execution"] = bool(getattr(args, "allow_code_execution", False))
     return build_run_config(d, "bench.perf.pretrained")
 
 
@@ -134,21 +138,16 @@ def grpo_run(task_name: str, args) -> dict:
     from bench.engine.module import RLVRModule
     from bench.engine.policy import add_lora, load_policy
     from bench.perf.step import fit_logged
-    from bench.registry import METHODS
-    from bench.registry import TASKS as REGISTRY
+    from bench.run.train import resolve
 
     cfg = run_config(task_name, args)
-    rl, lora = cfg.rl, cfg.model.lora
+    r = resolve(cfg)  # the method and task as a run builds them (code execution only with the opt-in)
+    task, rl, lora = r.task, cfg.rl, cfg.model.lora
     torch.manual_seed(0)
     model, tok = load_policy(cfg.model.name)
     policy = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.targets)
-    cls = REGISTRY.get(cfg.task.name)
-    task = cls(cls.Config(**cfg.task.options))
-    if task.executes_code:
-        task.allow_code_execution()
-    method = METHODS.get(cfg.method.name)
     ev = EvalConfig(every=10**6, num_problems=2)
-    module = RLVRModule(policy, tok, method(method.Config(**cfg.method.options)), task, cfg.task.name, rl, ev)
+    module = RLVRModule(policy, tok, r.method, task, cfg.task.name, rl, ev)
     t0 = time.perf_counter()
     logged = fit_logged(module, task, rl, ev)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB
@@ -177,6 +176,7 @@ def command(args) -> str:
         flags += f" --rl_group {args.rl_group} --rl_lr {args.rl_lr}"
         flags += f" --rl_micro_batch_tokens {args.rl_micro_batch_tokens}"
         flags += f" --rl_task {args.rl_task}" if args.rl_task else ""
+    flags += " --allow_code_execution" if getattr(args, "allow_code_execution", False) else ""
     return f"python -m bench.perf.pretrained {flags}"
 
 
@@ -304,14 +304,23 @@ def main() -> int:
     p.add_argument("--rl_lr", type=float, default=2e-5)
     p.add_argument("--rl_micro_batch_tokens", type=int, default=2048, help="rl.micro_batch_tokens (0: unsplit)")
     p.add_argument("--rl_task", choices=TASKS, help="default: the evaluated task whose pass@1 is nearest 0.5")
+    p.add_argument(
+        "--allow_code_execution",
+        action="store_true",
+        help="run the code tasks' model-written programs in the sandbox (the opt-in of docs/tasks.md)",
+    )
     p.add_argument("--out", default="results/benchmarks/pretrained.md")
     p.add_argument("--fresh", action="store_true", help="measure every eval again, not only those --out lacks")
     p.add_argument("--render", action="store_true", help="rewrite --out's markdown from its JSON; measure nothing")
     args = p.parse_args()
     if args.render:
         return render(args.out)
+    from bench.core import code_execution_allowed, code_execution_refused
     from bench.engine.pretrained import resolve
 
+    code = [t for t in (*args.tasks, args.rl_task) if t in CODE]
+    if code and not code_execution_allowed(args.allow_code_execution):  # before any work, not after the evals
+        raise CreditBenchError(code_execution_refused(code[0]))
     resolve(MODEL)  # not fetched: one line naming the fetch command, before any work
     if args.rl_steps:  # a bad GRPO setting: one line now, not after the evals
         run_config(args.rl_task or args.tasks[0], args)
@@ -322,7 +331,8 @@ def main() -> int:
         for name in args.tasks:
             if name in evals:
                 continue
-            evals[name] = {**base_accuracy(name, args.problems, args.max_new_tokens, uri), "load": os.getloadavg()[0]}
+            measured = base_accuracy(name, args.problems, args.max_new_tokens, uri, args.allow_code_execution)
+            evals[name] = {**measured, "load": os.getloadavg()[0]}
             print({k: v for k, v in evals[name].items() if k != "per_problem"}, flush=True)
             done = [evals[t] for t in args.tasks if t in evals]
             data = {"model": MODEL, "machine": m, "evals": done, "grpo": None, "args": vars(args)}

@@ -93,3 +93,15 @@ def test_a_bad_grpo_setting_is_one_line_naming_the_field(tmp_path):
     with pytest.raises(CreditBenchError, match="rl.micro_batch_tokens") as e:
         bench.run_config("gsm8k", args(tmp_path, rl_micro_batch_tokens=16))
     assert "\n" not in str(e.value)
+
+
+def test_the_code_tasks_run_programs_only_with_the_opt_in(monkeypatch):
+    """Without --allow_code_execution the code tasks are refused before any work (before even the
+    model is looked for), with the opt-in's one line; the GRPO part's run config carries the flag."""
+    monkeypatch.delenv("CREDITBENCH_ALLOW_CODE_EXECUTION", raising=False)
+    monkeypatch.setattr("sys.argv", ["pretrained", "--tasks", "gsm8k", "humaneval", "--rl_steps", "0"])
+    with pytest.raises(CreditBenchError, match="task 'humaneval' runs model-written code; it only does so when"):
+        bench.main()
+    grpo = SimpleNamespace(rl_steps=2, rl_prompts=2, rl_group=4, rl_lr=2e-5, rl_micro_batch_tokens=0)
+    grpo.rl_max_new_tokens, grpo.allow_code_execution = 16, True
+    assert bench.run_config("mbpp", grpo).allow_code_execution is True
