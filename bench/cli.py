@@ -18,30 +18,20 @@ import os
 import sys
 from pathlib import Path
 
-from bench.run.args import ArgumentParser, config_error, quiet_libraries, train_parser
+from bench.run.args import ArgumentParser, quiet_libraries
 from bench.run.tracking import default_uri
 
 
 def cmd_train(argv: list[str]) -> int:
-    from bench.config import RunConfig
     from bench.errors import CreditBenchError
-    from bench.run.args import config_files, from_files, load_yaml
+    from bench.run.args import from_files, run_config, spell
     from bench.run.train import preflight, run, summary_line
 
-    p = train_parser()
     try:
-        for path in config_files(argv):  # malformed YAML: the file, line and column where it breaks
-            if Path(path).is_file():
-                load_yaml(path)
-        ns = p.parse_args(argv)
-        progress = not ns.pop("no_progress")
-        ns.pop("config", None)
-        cfg = p.instantiate(ns)
+        cfg = run_config(argv)  # --help prints every setting and exits
     except CreditBenchError as e:
-        return _fail(f"bad configuration: {from_files(argv, str(e))}")
-    except Exception as e:  # jsonargparse reports bad types and unknown keys this way
-        return _fail(f"bad configuration: {from_files(argv, config_error(e))}")
-    cfg = RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
+        return _fail(str(e))
+    progress = "--no_progress" not in spell(argv)
     try:
         checked = preflight(cfg)
     except CreditBenchError as e:  # a bad value in a run YAML: its file and line

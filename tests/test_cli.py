@@ -97,19 +97,13 @@ def test_unknown_command(capsys):
 def test_every_shipped_config_parses_and_resolves():
     from pathlib import Path
 
-    from bench.config import RunConfig
-    from bench.run.args import train_parser
+    from bench.run.args import run_config
     from bench.run.train import resolve
 
     configs = sorted(Path(__file__).resolve().parent.parent.glob("results/configs/*.yaml"))
     assert configs
     for path in configs:
-        p = train_parser()
-        ns = p.parse_args(["--config", str(path)])
-        ns.pop("no_progress")
-        ns.pop("config", None)
-        cfg = p.instantiate(ns)
-        resolve(RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__}))
+        resolve(run_config(["--config", str(path)]))
 
 
 def test_table_of_an_unknown_sweep_and_ui_of_a_missing_store_refuse(capsys, tmp_path):

@@ -66,10 +66,10 @@ def test_every_shipped_sweep_builds_short_of_its_weights(path):
 def test_every_shipped_run_config_builds(path):
     import yaml
 
+    from bench.run.args import run_config
     from bench.run.plan import plan
-    from bench.run.sweep import build_run_config
 
-    cfg = build_run_config(yaml.safe_load(path.read_text()), str(path))
+    cfg = run_config(yaml.safe_load(path.read_text()), str(path))
     assert plan(cfg).params > 0
 
 

@@ -112,7 +112,7 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str, 
 
 def run_config(task_name: str, args):
     """The run this benchmark's GRPO part is, as a RunConfig (what ``creditbench train`` would get)."""
-    from bench.run.sweep import build_run_config
+    from bench.run.args import run_config as parsed
 
     lora = {"rank": 16, "alpha": 32.0, "dropout": 0.0, "targets": ["all-linear"]}
     rl = {"steps": args.rl_steps, "prompts_per_step": args.rl_prompts, "group_size": args.rl_group, "lr": args.rl_lr}
@@ -120,7 +120,7 @@ def run_config(task_name: str, args):
     d = {"model": {"name": MODEL, "dtype": "float32", "lora": lora}, "precision": "32-true", "rl": rl}
     d |= {"task": {"name": task_name, "options": {"template": "chat"}}, "method": {"name": "grpo"}}
     d["allow_code_execution"] = bool(getattr(args, "allow_code_execution", False))
-    return build_run_config(d, "bench.perf.pretrained")
+    return parsed(d, "bench.perf.pretrained")
 
 
 def plan_of(cfg) -> dict:

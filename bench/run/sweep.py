@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ from typing import Any
 from bench.config import RunConfig, TaskSpec
 from bench.errors import CreditBenchError
 from bench.run import tracking
-from bench.run.args import load_yaml
+from bench.run.args import load_yaml, run_config
 from bench.run.result import RunResult
 from bench.run.spec import MethodEntry, ModelEntry, SweepSpec, read_spec, spec_error
 from bench.run.stores import claim_store
@@ -111,7 +110,7 @@ def _load(spec: SweepSpec, path: Path) -> Sweep:
                         # the same run but for its seed: parsed and resolved once (a parse costs ~0.1 s)
                         cfg = dataclasses.replace(copy.deepcopy(first[1]), seed=d["seed"])
                     else:
-                        cfg = build_run_config(d, f"{where}: run {key}")
+                        cfg = run_config(d, f"{where}: run {key}")
                         try:
                             resolve(cfg)
                         except CreditBenchError as e:
@@ -150,31 +149,6 @@ def _run_dict(
     else:
         rl.setdefault("steps", 100_000)
     return d
-
-
-@functools.cache
-def _run_parser():
-    """The typed parser of ``creditbench train``, built once: a parse does not change it."""
-    from bench.run.args import train_parser
-
-    return train_parser()
-
-
-def build_run_config(d: dict[str, Any], where: str) -> RunConfig:
-    """A RunConfig from a nested dict through the same typed parser as ``creditbench train``."""
-    from bench.run.args import config_error
-
-    p = _run_parser()
-    try:
-        ns = p.parse_object(d)
-        ns.pop("no_progress", None)
-        ns.pop("config", None)
-        cfg = p.instantiate(ns)
-    except CreditBenchError as e:
-        raise CreditBenchError(f"{where}: {e}") from None
-    except Exception as e:  # jsonargparse: unknown keys, bad types and out-of-range values
-        raise CreditBenchError(f"{where}: {config_error(e)}") from None
-    return RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
 
 
 def _base_config(base: str | None, spec_path: Path) -> dict[str, Any]:

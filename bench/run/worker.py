@@ -121,21 +121,12 @@ def redirected(log: IO[str]) -> Iterator[None]:
 def train(config: str | Path) -> int:
     """``creditbench train --config CONFIG --no-progress`` in this process: the same parser, checks,
     run and closing line; its exit status (2 for a bad configuration or a refused run)."""
-    from bench.config import RunConfig
     from bench.errors import CreditBenchError
-    from bench.run.args import config_error, train_parser
+    from bench.run.args import run_config
     from bench.run.train import resolve, run, summary_line
 
     try:
-        p = train_parser()
-        try:
-            ns = p.parse_args(["--config", str(config), "--no-progress"])
-            ns.pop("no_progress")
-            ns.pop("config", None)
-            cfg = p.instantiate(ns)
-        except Exception as e:  # jsonargparse reports malformed YAML, bad types and unknown keys this way
-            raise CreditBenchError(f"bad configuration: {config_error(e)}") from None
-        cfg = RunConfig(**{k: v for k, v in vars(cfg).items() if k in RunConfig.__dataclass_fields__})
+        cfg = run_config(["--config", str(config), "--no_progress"])
         resolve(cfg)
         print(summary_line(run(cfg, progress=False)))
     except CreditBenchError as e:

@@ -14,8 +14,9 @@ import yaml
 from tiny_sweep import SPEC
 
 from bench.errors import CreditBenchError
+from bench.run.args import run_config
 from bench.run.result import RunResult
-from bench.run.sweep import build_run_config, load_spec, run_sweep
+from bench.run.sweep import load_spec, run_sweep
 from bench.run.train import config_yaml
 from bench.run.worker import WorkerPool
 
@@ -90,7 +91,7 @@ def test_a_killed_worker_fails_its_run_and_a_fresh_one_takes_the_next(tmp_path, 
         "threads": 1,
     }
     config = tmp_path / "run.yaml"
-    config.write_text(config_yaml(build_run_config(d, "test run")))
+    config.write_text(config_yaml(run_config(d, "test run")))
     pool = WorkerPool(1, {**os.environ, "OMP_NUM_THREADS": "1"}, tmp_path / "logs")
     try:
         first: list[int] = []
