@@ -25,7 +25,8 @@ from bench.run.tracking import default_uri
 def cmd_train(argv: list[str]) -> int:
     from bench.errors import CreditBenchError
     from bench.run.args import from_files, run_config, spell
-    from bench.run.train import preflight, run, summary_line
+    from bench.run.resolve import preflight
+    from bench.run.train import run, summary_line
 
     try:
         cfg = run_config(argv)  # --help prints every setting and exits
@@ -36,7 +37,9 @@ def cmd_train(argv: list[str]) -> int:
         checked = preflight(cfg)
     except CreditBenchError as e:  # a bad value in a run YAML: its file and line
         raise CreditBenchError(from_files(argv, str(e))) from None
-    res = run(cfg, progress=progress, checked=checked)
+    from bench.run.sweep import result_writer
+
+    res = run(cfg, progress=progress, checked=checked, on_result=result_writer(cfg))
     from bench.distributed import rank
 
     if rank() > 0:  # the other processes of a multi-process run: rank 0 reports
@@ -108,9 +111,9 @@ def cmd_ui(argv: list[str]) -> int:
 
 
 def cmd_summarize(argv: list[str]) -> int:
-    from bench.report.summary import build_report, load_runs, markdown, write_files
+    from bench.report.files import markdown, summarize
+    from bench.run.launch import log_report
     from bench.run.spec import SweepSpec, read_spec
-    from bench.run.sweep import log_report
 
     ap = ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
@@ -128,25 +131,8 @@ def cmd_summarize(argv: list[str]) -> int:
         from bench.run.stores import recorded_uri
 
         a.uri = recorded_uri(out) or default_uri()
-    runs = load_runs(a.results_dir, a.sweep)
+    report, written = summarize(a.results_dir, a.sweep, plots=not a.no_plots)
     spec = read_spec(out / "sweep.yaml") if (out / "sweep.yaml").is_file() else None  # the spec the sweep ran
-    if spec is not None:  # only the spec's runs: results/<sweep>/runs/ may hold an earlier design's runs
-        from bench.run.sweep import load_spec
-
-        keys = {r.key for r in load_spec(out / "sweep.yaml").runs}
-        left = [r.run_name for r in runs if r.run_name not in keys]
-        runs = [r for r in runs if r.run_name in keys] or runs
-        if left and len(runs) < len(left) + len(runs):
-            print(f"left out {len(left)} result(s) in {out}/runs that the sweep's spec does not name (e.g. {left[0]})")
-    if spec is None:  # the report's settings are then a sweep spec's defaults
-        report = build_report(runs, sweep=a.sweep)
-    else:
-        report = build_report(
-            runs, spec.baseline, spec.target, spec.budget.as_dict(), a.sweep, spec.target_of, spec.analysis
-        )
-    if report["baseline"] not in {r.label for r in runs}:
-        report["baseline"] = ""
-    written = write_files(report, out, plots=not a.no_plots)
     parent = log_report(a.uri, spec.experiment if spec else SweepSpec.experiment, a.sweep, out)
     print(markdown(report))
     print("\nwritten: " + ", ".join(str(p) for p in written))
@@ -158,8 +144,9 @@ def cmd_summarize(argv: list[str]) -> int:
 
 
 def cmd_sweep(argv: list[str]) -> int:
-    from bench.report.summary import markdown, write_report
-    from bench.run.sweep import load_spec, run_sweep
+    from bench.report.files import markdown, write_report
+    from bench.run.launch import run_sweep
+    from bench.run.sweep import load_spec
 
     ap = ArgumentParser(
         prog="creditbench sweep",
@@ -219,7 +206,7 @@ def cmd_sweep(argv: list[str]) -> int:
 
 
 def _preflight(sweep, uri: str, here: bool) -> None:
-    """The checks ``creditbench train`` makes before any work (bench.run.train.preflight) for every
+    """The checks ``creditbench train`` makes before any work (bench.run.resolve.preflight) for every
     run of the sweep: what a run refuses in its configuration, the dry run refuses. With ``here``
     (``--plan``) also this machine's (vLLM where a run names it, the tracking store, the data files):
     what would stop a run here is printed as a note, not refused, as a plan is often made on another
@@ -227,7 +214,7 @@ def _preflight(sweep, uri: str, here: bool) -> None:
     import dataclasses
 
     from bench.errors import CreditBenchError
-    from bench.run.train import preflight
+    from bench.run.resolve import preflight
 
     seen, notes = set(), {}
     for r in sweep.runs:

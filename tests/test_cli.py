@@ -98,7 +98,7 @@ def test_every_shipped_config_parses_and_resolves():
     from pathlib import Path
 
     from bench.run.args import run_config
-    from bench.run.train import resolve
+    from bench.run.resolve import resolve
 
     configs = sorted(Path(__file__).resolve().parent.parent.glob("results/configs/*.yaml"))
     assert configs

@@ -104,7 +104,7 @@ def test_fsdp_strategy_shards_each_decoder_layer():
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
     from bench.config import RunConfig
-    from bench.run.train import make_strategy, shard_plan
+    from bench.run.strategy import make_strategy, shard_plan
 
     cfg = RunConfig()
     cfg.model.name, cfg.precision = "Qwen/Qwen3-8B", "bf16-mixed"

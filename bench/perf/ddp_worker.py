@@ -42,7 +42,7 @@ from bench.engine.data import PromptDataModule  # noqa: E402
 from bench.engine.module import RLVRModule  # noqa: E402
 from bench.engine.policy import build_tiny, char_tokenizer  # noqa: E402
 from bench.registry import METHODS, TASKS  # noqa: E402
-from bench.run.train import make_strategy  # noqa: E402
+from bench.run.strategy import make_strategy  # noqa: E402
 
 # name -> (method, options): one per aggregation, and the 80/20 rule's batch-wide entropy quantile
 CASES = {

@@ -70,8 +70,9 @@ def sweep_spec(config: Path, runs: int, steps: int, problems: int, name: str) ->
 
 def time_sweep(spec: dict[str, Any], root: Path, isolate: bool) -> dict[str, Any]:
     """Run the sweep (one job) and read back each run's wall time, phases and eval history."""
-    from bench.run import sweep as sweeps
+    from bench.run import launch
     from bench.run.result import RunResult
+    from bench.run.sweep import load_spec
     from bench.run.timing import read_timing
 
     path = root / f"{spec['name']}.yaml"
@@ -84,20 +85,20 @@ def time_sweep(spec: dict[str, Any], root: Path, isolate: bool) -> dict[str, Any
             walls[m.group(1)] = float(m.group(2))
         print(line, flush=True)
 
-    loaded = sweeps.load_spec(path)
+    loaded = load_spec(path)
     pool_starts: list[float] = []
-    original = sweeps.WorkerPool
+    original = launch.WorkerPool
 
     class Recorded(original):  # the worker's one-off import time, from its ready line
         def close(self) -> None:
             pool_starts.extend(self.startup_s)
             super().close()
 
-    sweeps.WorkerPool = Recorded
+    launch.WorkerPool = Recorded
     try:
-        sweeps.run_sweep(loaded, no_report, 1, str(root / "results"), f"sqlite:///{root / 'mlflow.db'}", log, isolate)
+        launch.run_sweep(loaded, no_report, 1, str(root / "results"), f"sqlite:///{root / 'mlflow.db'}", log, isolate)
     finally:
-        sweeps.WorkerPool = original
+        launch.WorkerPool = original
     out = root / "results" / spec["name"]
     if pool_starts:  # the worker started (imported everything) inside its first run's wall time
         first = next(iter(walls))

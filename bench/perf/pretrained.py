@@ -28,6 +28,7 @@ A stopped run resumes: the evals already in ``--out``'s JSON for the same ``--pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -135,19 +136,19 @@ def grpo_run(task_name: str, args) -> dict:
     import torch
 
     from bench.config import EvalConfig
-    from bench.engine.module import RLVRModule
-    from bench.engine.policy import add_lora, load_policy
+    from bench.engine.policy import load_policy
     from bench.perf.step import fit_logged
-    from bench.run.train import resolve
+    from bench.run.build import build_module, prepare
+    from bench.run.resolve import resolve
 
     cfg = run_config(task_name, args)
+    cfg = dataclasses.replace(cfg, eval=EvalConfig(every=10**6, num_problems=2))  # the update is measured, not evals
     r = resolve(cfg)  # the method and task as a run builds them (code execution only with the opt-in)
-    task, rl, lora = r.task, cfg.rl, cfg.model.lora
+    task, rl, lora, ev = r.task, cfg.rl, cfg.model.lora, cfg.eval
     torch.manual_seed(0)
     model, tok = load_policy(cfg.model.name)
-    policy = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.targets)
-    ev = EvalConfig(every=10**6, num_problems=2)
-    module = RLVRModule(policy, tok, r.method, task, cfg.task.name, rl, ev)
+    policy, ref = prepare(cfg, r, model)
+    module = build_module(cfg, r, policy, tok, ref)
     t0 = time.perf_counter()
     logged = fit_logged(module, task, rl, ev)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB

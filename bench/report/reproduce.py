@@ -69,8 +69,9 @@ def differences(committed: Any, fresh: Any, path: str = "") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.report.summary import write_report
-    from bench.run.sweep import load_spec, run_sweep
+    from bench.report.files import write_report
+    from bench.run.launch import run_sweep
+    from bench.run.sweep import load_spec
 
     ap = argparse.ArgumentParser(prog="python -m bench.report.reproduce", description=__doc__.split("\n\n")[0])
     ap.add_argument("spec", help="a sweep spec whose results/<name>/report.json is committed")

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 if TYPE_CHECKING:
     from bench.config import RunConfig
 
@@ -297,3 +299,26 @@ def from_files(argv: list[str], message: str) -> str:
         if where:
             return where + message
     return message
+
+
+class _ConfigDumper(yaml.SafeDumper):
+    """Quotes every string a YAML reader could take for something else: PyYAML quotes what its own
+    resolvers would read as a number, but jsonargparse's reader also takes ``45644754158945e8`` (a
+    config hash) for a float and ``0899`` for an int. A string that starts like a number is quoted."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    number_like = value[:1].isdigit() or (len(value) > 1 and value[0] in "+-.")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if number_like else None)
+
+
+_ConfigDumper.add_representer(str, _str)
+
+
+def config_yaml(cfg: RunConfig) -> str:
+    """The run config as YAML that reads back as itself (every value, whatever its characters), through
+    :func:`run_config`."""
+    import dataclasses
+    import json
+
+    return yaml.dump(json.loads(json.dumps(dataclasses.asdict(cfg))), Dumper=_ConfigDumper, sort_keys=False)

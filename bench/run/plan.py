@@ -18,7 +18,6 @@ cache of HF generation (vLLM's is inside its share) and the allocator's fragment
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from bench.config import RunConfig
@@ -110,38 +109,19 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     """Build everything of a run short of its weights (see the module docstring) and estimate its
     memory per process. ``gpu_gb`` sizes vLLM's share (rollout.gpu_memory_utilization of a GPU);
     ``load_data=False`` skips reading the tasks' data (when another run of the same tasks did)."""
-    from bench.engine.data import PromptDataModule
-    from bench.engine.module import RLVRModule
-    from bench.engine.policy import add_lora, enable_gradient_checkpointing, num_parameters
+    from bench.engine.policy import num_parameters
     from bench.engine.rollout import HFRolloutEngine
-    from bench.engine.scoring import REFERENCE_NEEDS
-    from bench.run.train import make_strategy, resolve
+    from bench.run.build import build_data, build_module, prepare
+    from bench.run.resolve import resolve
+    from bench.run.strategy import make_strategy
 
-    r = resolve(cfg)
+    r, lora = resolve(cfg), cfg.model.lora
     policy, tokenizer = meta_policy(cfg)
     params = num_parameters(policy)
-    if cfg.model.gradient_checkpointing:  # per decoder layer, as a run does (under FSDP too)
-        enable_gradient_checkpointing(policy)
-    lora = cfg.model.lora
-    ref = None
-    if lora.rank > 0:
-        policy = add_lora(policy, lora.rank, lora.alpha, lora.dropout, lora.targets)
-    elif r.method.required & REFERENCE_NEEDS:
-        ref = copy.deepcopy(policy)  # meta: no memory
+    policy, ref = prepare(cfg, r, policy)  # as a run does: checkpointing, LoRA, a reference (meta: no memory)
     trainable = num_parameters(policy, trainable=True)
-    RLVRModule(
-        policy,
-        tokenizer,
-        r.method,
-        r.task,
-        cfg.task.name,
-        cfg.rl,
-        cfg.eval,
-        ref_policy=ref,
-        eval_tasks=r.eval_tasks,
-        engine=HFRolloutEngine(policy, tokenizer),
-    )
-    data = PromptDataModule(r.task, cfg.rl.prompts_per_step, cfg.eval, cfg.seed, eval_tasks=r.eval_tasks)
+    build_module(cfg, r, policy, tokenizer, ref, engine=HFRolloutEngine(policy, tokenizer))
+    data = build_data(cfg, r)
     if load_data:
         data.setup("fit")  # reads every task's data files
     strategy = make_strategy(cfg)

@@ -1,7 +1,6 @@
-"""Sweeps: every method x model x seed (x training task) of a YAML spec, each an independent
-``creditbench train`` run and an MLflow run nested under one parent run for the sweep. The runs go
-to ``--jobs`` long-lived worker processes that import everything once (bench.run.worker; a run there
-gives the numbers its own process would), or, isolated, each to a process of its own.
+"""What a sweep is: every method x model x seed (x training task) of a YAML spec, each an
+independent ``creditbench train`` run, and where each run's result goes
+(results/<sweep>/runs/<run>.json). How a sweep runs is :mod:`bench.run.launch`.
 
     creditbench sweep results/sweeps/embedded.yaml [--jobs 2] [--dry_run]
 
@@ -10,35 +9,25 @@ spec; results/sweeps/ and results/papers/*.sweep.yaml are examples). A run's con
 ``base`` run YAML, then the spec's ``eval`` settings and eval tasks, then its ``overrides``, the
 model entry's and the method entry's (``method_overrides`` first), and the budget.
 
-Everything is validated before any run starts. A run is finished when its result JSON
-(results/<name>/runs/<run>.json) exists for the same configuration and its MLflow run is FINISHED;
-a sweep started again skips finished runs, deletes the MLflow runs that an interrupted attempt
-left behind and redoes those runs, so each run appears exactly once in MLflow.
+Everything is validated before any run starts: loading a spec builds and resolves every run.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import fcntl
 import hashlib
 import json
-import os
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig, TaskSpec
 from bench.errors import CreditBenchError
-from bench.run import tracking
 from bench.run.args import load_yaml, run_config
 from bench.run.result import RunResult
 from bench.run.spec import MethodEntry, ModelEntry, SweepSpec, read_spec, spec_error
-from bench.run.stores import claim_store
-from bench.run.worker import Isolated, WorkerPool
 
 GROUPS = frozenset(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.default_factory))
 """Run config fields that are groups of settings (model, rl, eval, ...): always a mapping."""
@@ -92,7 +81,7 @@ def load_spec(path: str | Path) -> Sweep:
 
 
 def _load(spec: SweepSpec, path: Path) -> Sweep:
-    from bench.run.train import resolve
+    from bench.run.resolve import resolve
 
     where = f"sweep spec {path}"
     methods = spec.method_entries()
@@ -192,179 +181,18 @@ def _hash(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# ------------------------------------------------------------------ running
-def run_sweep(
-    sweep: Sweep,
-    report: Callable[[Sweep, str], dict[str, Any]],
-    jobs: int = 1,
-    results_dir: str = "results",
-    uri: str | None = None,
-    log=print,
-    isolate: bool = False,
-) -> dict[str, Any]:
-    """Run every unfinished run of the sweep, ``jobs`` at a time, then write its report with
-    ``report(sweep, results_dir)`` (bench.report.summary.write_report) and log it to the parent run.
-    The runs go to ``jobs`` long-lived worker processes (bench.run.worker), or with ``isolate``
-    each to a ``creditbench train`` process of its own."""
-    uri = uri or tracking.default_uri()
-    tracking.check_tracking_uri(uri, write=True)  # before results/<sweep>/, its lock or the parent run exist
-    out = Path(results_dir) / sweep.name
-    out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / ".lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise CreditBenchError(
-            f"sweep {sweep.name!r} is already running (results/{sweep.name}/.lock is held)"
-        ) from None
-    claim_store(out, uri)  # before anything in results/<sweep>/ or either store is touched
-    t0 = time.perf_counter()
-    client = tracking.client(uri)
-    parent = _parent_run(client, sweep)
-    (out / "sweep.yaml").write_text(sweep.path.read_text())
-    threads = sweep.spec.threads or max(1, (os.cpu_count() or 1) // jobs)
-
-    todo, done = [], []
-    for r in sweep.runs:
-        (done if _finished(client, out, r) else todo).append(r)
-    log(
-        f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(done)} finished, {len(todo)} to run "
-        f"({jobs} at a time, {threads} threads each); MLflow parent run {parent}"
-    )
-
-    def launched(r: SweepRun) -> RunConfig:
-        """The run's config as its process gets it: tracking into this sweep."""
-        cfg = copy.deepcopy(r.cfg)
-        cfg.threads = threads
-        cfg.tracking = dataclasses.replace(
-            cfg.tracking,
-            uri=uri,
-            experiment=sweep.spec.experiment,
-            run_name=r.key,
-            sweep=sweep.name,
-            results_dir=results_dir,
-            parent_run_id=parent,
-            tags={
-                **cfg.tracking.tags,
-                "run_key": r.key,
-                "label": r.label,
-                "config_hash": r.config_hash,
-                "budget": _budget_text(sweep.budget),
-            },
-        )
-        return cfg
-
-    for r in todo:  # what an earlier, unfinished attempt left: its MLflow runs but the one it resumes into
-        tracking.delete_sweep_runs(client, sweep.spec.experiment, sweep.name, r.key, keep=_resumable(launched(r)))
-        (out / "runs" / f"{r.key}.json").unlink(missing_ok=True)
-
-    def launch(r: SweepRun) -> tuple[SweepRun, int, float]:
-        from bench.run.train import config_yaml
-
-        cfg_path = out / "configs" / f"{r.key}.yaml"
-        cfg_path.parent.mkdir(exist_ok=True)
-        cfg_path.write_text(config_yaml(launched(r)))
-        log_path = out / "logs" / f"{r.key}.log"
-        start = time.perf_counter()
-        # a multi-process run's launcher starts its other processes by re-running this process's command
-        alone = isolate or r.cfg.trainer.world_size > 1
-        return r, (isolated if alone else workers).run(cfg_path, log_path), time.perf_counter() - start
-
-    failed = []
-    (out / "logs").mkdir(exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    isolated, workers = Isolated(env), WorkerPool(jobs, env, out / "logs")  # workers start when first needed
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        try:
-            futures = [pool.submit(launch, r) for r in todo]
-            for i, fut in enumerate(as_completed(futures), 1):
-                r, rc, wall = fut.result()
-                ok = rc == 0 and _finished(client, out, r)
-                outcome = "done" if ok else f"FAILED (exit {rc}), see {out}/logs/{r.key}.log"
-                log(f"[{i}/{len(todo)}] {r.key}: {outcome} in {wall:.1f} s")
-                if not ok:
-                    failed.append(r.key)
-        finally:  # while the pool's threads, which started the workers, live (see _die_with_parent)
-            workers.close()
-    wall = time.perf_counter() - t0
-    written = report(sweep, results_dir)
-    tracking.log_files(client, parent, _report_files(out), "report")
-    tracking.end_run(
-        client,
-        parent,
-        {"sweep/wall_s": wall, "sweep/finished_runs": len(sweep.runs) - len(failed)},
-        "FAILED" if failed else "FINISHED",
-    )
-    lock.close()
-    if failed:
-        raise CreditBenchError(
-            f"{len(failed)} of {len(sweep.runs)} runs failed ({', '.join(failed[:5])}"
-            f"{', ...' if len(failed) > 5 else ''}); their logs are in {out}/logs; "
-            "run the sweep again to redo them"
-        )
-    return written
+def result_path(results_dir: str | Path, sweep: str, key: str) -> Path:
+    """Where the result JSON of the sweep's run ``key`` goes: results/<sweep>/runs/<key>.json."""
+    return Path(results_dir) / sweep / "runs" / f"{key}.json"
 
 
-def _report_files(out: Path) -> list[Path]:
-    """The report files of a sweep's folder (not the per-run configs, logs and results)."""
-    return [p for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")]
+def result_writer(cfg: RunConfig) -> Callable[[RunResult], None] | None:
+    """What a sweep's run does with its result (``bench.run.train.run``'s ``on_result``): write it to
+    :func:`result_path`, before its MLflow run is marked finished (a finished run has it); None for a
+    run outside a sweep."""
+    from bench.run.resolve import run_name
 
-
-def log_report(uri: str, experiment: str, sweep: str, out: Path) -> str | None:
-    """Log a sweep's (rewritten) report to its parent MLflow run's ``report/`` artifacts; the run's
-    id, or None where the store has no such run or cannot be used."""
-    try:
-        client = tracking.client(uri)
-        run_id = tracking.sweep_run(client, experiment, sweep)
-    except CreditBenchError:
+    if not cfg.tracking.sweep:
         return None
-    if run_id is not None:
-        tracking.log_files(client, run_id, _report_files(out), "report")
-    return run_id
-
-
-def _budget_text(budget: dict[str, int]) -> str:
-    return ", ".join(f"{n} {k}" for k, n in budget.items())
-
-
-def _parent_run(client, sweep: Sweep) -> str:
-    """The sweep's parent MLflow run: the existing one for this sweep name, else a new one."""
-    runs = sweep.runs
-    tags = {
-        "kind": "sweep",
-        "sweep": sweep.name,
-        "git_commit": tracking.git_commit(),
-        "baseline": sweep.baseline,
-        "budget": _budget_text(sweep.budget),
-        "methods": ", ".join(sweep.labels),
-        "models": ", ".join(dict.fromkeys(r.cfg.model.name for r in runs)),
-        "tasks": ", ".join(dict.fromkeys(r.cfg.task.name for r in runs)),
-        "mlflow.note.content": sweep.spec.description if sweep.spec.description is not None else f"sweep {sweep.name}",
-    }
-    params = {
-        "runs": len(runs),
-        "seeds": ", ".join(dict.fromkeys(str(r.cfg.seed) for r in runs)),
-        "target": sweep.spec.target,
-    }
-    return tracking.open_sweep_run(client, sweep.spec.experiment, sweep.name, tags, params, sweep.path.read_text())
-
-
-def _finished(client, out: Path, r: SweepRun) -> bool:
-    try:
-        res = RunResult.load(out / "runs" / f"{r.key}.json")
-    except CreditBenchError:  # missing, or not a run's result
-        return False
-    return tracking.is_finished(client, res.mlflow_run_id) and res.tags.get("config_hash") == r.config_hash
-
-
-def _resumable(cfg: RunConfig) -> str | None:
-    """The MLflow run an interrupted attempt of this run can resume into (it left a checkpoint)."""
-    from bench.engine.checkpoint import run_dir
-
-    d = run_dir(cfg, cfg.tracking.run_name)
-    if not cfg.checkpoint.every or not cfg.checkpoint.resume or not (d / "run.json").is_file():
-        return None
-    try:
-        return json.loads((d / "run.json").read_text())["mlflow_run_id"]
-    except (ValueError, KeyError, TypeError):
-        return None
+    path = result_path(cfg.tracking.results_dir, cfg.tracking.sweep, run_name(cfg))
+    return lambda result: result.write(path)

@@ -170,7 +170,7 @@ def test_a_negative_number_is_a_value_not_an_option(capsys, ws, policy_dir, no_w
 
 # ------------------------------------------------------------------------ the dry run refuses what a run refuses
 def test_the_dry_run_refuses_what_train_refuses(capsys, ws, tmp_path):
-    """The same check (bench.run.train.preflight), the same line: FSDP on one process."""
+    """The same check (bench.run.resolve.preflight), the same line: FSDP on one process."""
     code, _, err = train(capsys, ws, "--trainer.strategy", "fsdp")
     refused = error_line(code, err).split("error: --trainer.strategy fsdp: ", 1)[1]  # train names its flag
     assert "trainer.strategy fsdp needs trainer.devices x trainer.num_nodes >= 2" in refused

@@ -180,7 +180,7 @@ def test_ddp_strategy_uses_gloo_on_cpu():
     from lightning.pytorch.strategies import DDPStrategy
 
     from bench.config import RunConfig
-    from bench.run.train import make_strategy
+    from bench.run.strategy import make_strategy
 
     cfg = RunConfig()
     cfg.trainer.accelerator, cfg.trainer.devices, cfg.trainer.strategy = "cpu", 2, "ddp"
@@ -202,7 +202,7 @@ def test_ddp_strategy_uses_gloo_on_cpu():
 def test_impossible_multi_process_configs_are_refused_in_one_line(change, message):
     from bench.config import RunConfig
     from bench.errors import CreditBenchError
-    from bench.run.train import resolve
+    from bench.run.resolve import resolve
 
     cfg = RunConfig()
     for k, v in change.items():
@@ -215,7 +215,7 @@ def test_impossible_multi_process_configs_are_refused_in_one_line(change, messag
 def test_too_few_eval_problems_for_the_processes_is_refused():
     from bench.config import RunConfig
     from bench.errors import CreditBenchError
-    from bench.run.train import resolve
+    from bench.run.resolve import resolve
 
     cfg = RunConfig()
     cfg.trainer.strategy, cfg.trainer.devices, cfg.eval.num_problems = "ddp", 4, 3

@@ -178,7 +178,7 @@ def test_cli_train_with_fsdp_checkpoints_resumes_and_saves_the_policy(tmp_path, 
 def test_fsdp_on_one_process_is_refused_in_one_line():
     from bench.config import RunConfig
     from bench.errors import CreditBenchError
-    from bench.run.train import resolve
+    from bench.run.resolve import resolve
 
     cfg = RunConfig()
     cfg.trainer.accelerator, cfg.trainer.devices, cfg.trainer.strategy = "cpu", 1, "fsdp"

@@ -103,7 +103,7 @@ def test_forced_prefix_rows_carry_vllm_logprobs_only_for_the_continuation(engine
 def test_vllm_refuses_several_training_processes():
     from bench.config import RunConfig, TrainerConfig
     from bench.errors import CreditBenchError
-    from bench.run.train import resolve
+    from bench.run.resolve import resolve
 
     cfg = RunConfig(
         rollout=RolloutConfig(engine="vllm"), trainer=TrainerConfig(accelerator="cpu", devices=2, strategy="ddp")

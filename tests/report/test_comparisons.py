@@ -7,7 +7,8 @@ import pytest
 from bench.errors import CreditBenchError
 from bench.report.comparisons import analyse, blame_table, difference, interval
 from bench.report.design import design_lines
-from bench.report.summary import build_report, markdown
+from bench.report.files import markdown
+from bench.report.summary import build_report
 from bench.run.result import EvalPoint, RunResult
 from bench.run.spec import Analysis
 

@@ -4,8 +4,9 @@ import math
 
 import pytest
 
+from bench.report.files import markdown
 from bench.report.stats import cost_to_target, curve_auc, t_interval
-from bench.report.summary import build_report, markdown
+from bench.report.summary import build_report
 from bench.run.result import EvalPoint, RunResult
 
 

@@ -7,8 +7,7 @@ import random
 import pytest
 
 from bench.config import MethodSpec, RunConfig, TrackingConfig
-from bench.run.args import train_parser
-from bench.run.train import config_yaml
+from bench.run.args import config_yaml, train_parser
 
 
 def read_back(text: str, tmp_path) -> RunConfig:

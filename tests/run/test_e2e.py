@@ -115,7 +115,8 @@ def test_mlflow_store_holds_the_runs(result, store):
 def test_report_of_the_run(result, more_seeds, store):
     from pathlib import Path
 
-    from bench.report.summary import build_report, load_runs, markdown, write_files
+    from bench.report.files import markdown, write_files
+    from bench.report.summary import build_report, load_runs
 
     report = build_report(load_runs(store["results"], "e2e"), "grpo", 0.9, None, "e2e")
     write_files(report, Path(store["results"]) / "e2e", plots=False)

@@ -1,11 +1,11 @@
-"""The FSDP unit of a model (bench.run.train.decoder_layer_classes): its architecture's decoder layer."""
+"""The FSDP unit of a model (bench.run.strategy.decoder_layer_classes): its architecture's decoder layer."""
 
 import pytest
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-from bench.run.train import decoder_layer_classes
+from bench.run.strategy import decoder_layer_classes
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ import yaml
 from tiny_sweep import SPEC
 
 from bench.errors import CreditBenchError
-from bench.run.args import run_config
+from bench.run.args import config_yaml, run_config
+from bench.run.launch import run_sweep
 from bench.run.result import RunResult
-from bench.run.sweep import load_spec, run_sweep
-from bench.run.train import config_yaml
+from bench.run.sweep import load_spec
 from bench.run.worker import WorkerPool
 
 # two 2-step runs of the tiny sweep, evaluated at steps 0 and 2 on 8 problems

