@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from bench.report.paper_data import UNITS, Paper, PaperResult
-from bench.report.stats import min_detectable_difference
+from bench.report.stats import mde
 
 NAMES = {
     "greedy": "greedy acc",
@@ -72,9 +72,10 @@ def _mdd(report: dict, paper: Paper, metric: str, alpha: float) -> tuple[float |
             mean = sum(diffs) / len(diffs)
             variances.append(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
             n = len(diffs)
-    if not variances:
+    sd = math.sqrt(sum(variances) / len(variances)) if variances else math.nan
+    if n < 2 or not math.isfinite(sd):
         return None, n
-    return min_detectable_difference(math.sqrt(sum(variances) / len(variances)), n, alpha=alpha), n
+    return mde(sd, n, n - 1, alpha=alpha, paired=True), n
 
 
 def render_analogue(paper: Paper, report: dict | None, sweep: str) -> str:

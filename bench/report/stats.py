@@ -70,17 +70,6 @@ def t_interval(values: Sequence[float | None], level: float = 0.95) -> dict[str,
     return {**out, "mean": mean, "lo": mean - half, "hi": mean + half}
 
 
-def min_detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
-    """The smallest true paired difference a two-sided t-test at level ``alpha`` over ``n`` seeds
-    detects with probability ``power``, for paired differences of standard deviation ``sd``:
-    (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n). None with fewer than 2 seeds."""
-    from scipy import stats
-
-    if n < 2 or not math.isfinite(sd):
-        return None
-    return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
-
-
 def pass_at_k_per_problem(correct: Sequence[int] | np.ndarray, n: int, k: int) -> np.ndarray:
     """The unbiased pass@k of each problem from its correct count c out of n samples:
     1 - C(n-c, k) / C(n, k) (Chen et al. 2021), computed in log space; 1 where n - c < k."""
@@ -119,14 +108,20 @@ def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
     return out.tolist()
 
 
-def mde(sigma: float, n_seeds: int, df: int, alpha: float = 0.05, m: int = 1, power: float = 0.8) -> float:
-    """The smallest true difference of two means over ``n_seeds`` that a two-sided t-test with ``df``
-    degrees of freedom at alpha/m (Bonferroni) finds with probability ``power``, for runs of sd
-    ``sigma``: (t_{1-alpha/(2m), df} + t_{power, df}) * sigma * sqrt(2/n_seeds) (bench.report.inference)."""
+def mde(
+    sigma: float, n_seeds: int, df: int, alpha: float = 0.05, m: int = 1, power: float = 0.8, paired: bool = False
+) -> float:
+    """The minimum detectable difference, the one formula of every report: the smallest true difference
+    that a two-sided t-test with ``df`` degrees of freedom at alpha/m (Bonferroni over m comparisons)
+    finds with probability ``power``, (t_{1-alpha/(2m), df} + t_{power, df}) * SE, where SE is that of
+    the difference over ``n_seeds`` seeds: sigma * sqrt(2/n_seeds) for two means of runs of sd ``sigma``
+    (bench.report.inference), sigma / sqrt(n_seeds) for a mean of ``paired`` differences of sd ``sigma``
+    (df n_seeds - 1; bench.report.paper_analogue)."""
     from scipy import stats
 
     a = alpha / max(m, 1)
-    return float((stats.t.ppf(1 - a / 2, df) + stats.t.ppf(power, df)) * sigma * math.sqrt(2 / n_seeds))
+    spread = (stats.t.ppf(1 - a / 2, df) + stats.t.ppf(power, df)) * sigma
+    return float(spread / math.sqrt(n_seeds) if paired else spread * math.sqrt(2 / n_seeds))
 
 
 def mean_interval(y: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:

@@ -63,6 +63,8 @@ def test_hand_worked_values():
     want = (2.5705818 + 0.9195438) * 0.03 * math.sqrt(2 / 6)
     assert mde(0.03, 6, 5) == pytest.approx(want, rel=1e-6)
     assert design_mde(0.03, 0.0, 6, 100, 8, 2, 1) == pytest.approx(want, rel=1e-6)
+    # the same formula for a mean of 6 paired differences of sd 0.03 (df 5): SE = 0.03 / sqrt(6)
+    assert mde(0.03, 6, 5, paired=True) == pytest.approx((2.5705818 + 0.9195438) * 0.03 / math.sqrt(6), rel=1e-6)
 
 
 def test_two_labels_is_the_paired_t_test():
