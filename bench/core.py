@@ -252,6 +252,10 @@ class Method:
     needs: ClassVar[frozenset[str]] = frozenset()
     description: ClassVar[str] = ""
     paper: ClassVar[str] = ""
+    summary: ClassVar[tuple[str, ...]] = ()
+    """Statistics of the method's ``loss`` (keys of LossOutput.stats or .scalars, logged as
+    train/<key>) that a run's result keeps as means over its RL steps (RunResult.train, the report's
+    columns), besides the engine's own: train reward and the credit's concentration."""
 
     def __init__(self, config: MethodConfig | None = None):
         self.config = config if config is not None else self.Config()

@@ -167,6 +167,7 @@ class ARCA(GRPO):
     Config = ARCAConfig
     description = "REINFORCE on the group advantage with per-token weights from the LoRA adapter's hidden residual"
     paper = "Adapter-Residual Credit Assignment When Token Signals Degenerate (Lafuente-Mercado 2026), arXiv 2606.00257"
+    summary = ("weight_gini", "weight_effective_n_ratio")  # the paper's diagnostics, kept per run
 
     @property
     def required(self) -> frozenset[str]:

@@ -73,6 +73,14 @@ def test_relative_links_lead_somewhere(page):
     assert not broken, f"{page.relative_to(ROOT)}: broken links: {broken}"
 
 
+def test_the_plugin_snippet_is_the_example_plugins_code():
+    """docs/methods.md shows the example plug-in's method as examples/plugin/ has it, line for line."""
+    page = (ROOT / "docs" / "methods.md").read_text()
+    snippet = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "class LateCredit(" in b)
+    source = (ROOT / "examples/plugin/creditbench_example/late_credit.py").read_text()
+    assert snippet in source, "docs/methods.md's plug-in snippet drifted from examples/plugin/: copy the file's code"
+
+
 def test_result_tables_are_generated_from_results():
     """Rerun ``python -m bench.report.docs_tables`` after a benchmark or sweep rewrote results/."""
     for page in PAGES:

@@ -45,15 +45,10 @@ from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatc
 from bench.engine.sampling import RolloutSampler, reward_stats, train_rollouts
 from bench.engine.step import SkippedUpdates
 
-TRAIN_SUMMARY = (
-    "train/reward",
-    "credit/gini",
-    "credit/effective_token_ratio",
-    "train/weight_gini",
-    "train/weight_effective_n_ratio",
-)
-"""Training statistics a run's result keeps as means over its RL steps (``RunResult.train``): the
-average train reward and the concentration of the credit (every method) and of ARCA's weights."""
+TRAIN_SUMMARY = ("train/reward", "credit/gini", "credit/effective_token_ratio")
+"""Training statistics a run's result keeps as means over its RL steps (``RunResult.train``) for
+every method: the average train reward and the concentration of the credit. A method adds its own
+(``Method.summary``, e.g. ARCA's weight concentration)."""
 
 
 class RLVRModule(L.LightningModule):
@@ -214,7 +209,7 @@ class RLVRModule(L.LightningModule):
         # step's prompts), the sum of the batch sizes
         stats = mean_over_processes(stats, sums=("train/batch_size", "train/kept_groups"))
         self._log(stats)
-        for k in TRAIN_SUMMARY:
+        for k in (*TRAIN_SUMMARY, *(f"train/{name}" for name in self.method.summary)):
             if stats.get(k) is not None and math.isfinite(stats[k]):
                 acc = self.train_sums.setdefault(k, [0.0, 0])
                 acc[0], acc[1] = acc[0] + stats[k], acc[1] + 1
@@ -318,7 +313,7 @@ class RLVRModule(L.LightningModule):
         )
 
     def train_summary(self) -> dict[str, float]:
-        """Means over the run's RL steps of the TRAIN_SUMMARY statistics it logged."""
+        """Means over the run's RL steps of the TRAIN_SUMMARY statistics and the method's summary ones."""
         return {k.replace("/", "_"): s / n for k, (s, n) in self.train_sums.items() if n}
 
     def credit_probe(self) -> dict[str, Any] | None:

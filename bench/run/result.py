@@ -74,8 +74,8 @@ class RunResult:
     """The method's credit on one fixed completion (bench.engine.diagnostics), or None."""
     train: dict[str, float] = field(default_factory=dict)
     """Means over the RL steps of the training statistics bench.engine.module.TRAIN_SUMMARY names
-    (train_reward, credit_gini, credit_effective_token_ratio, and ARCA's train_weight_gini,
-    train_weight_effective_n_ratio), "/" written "_"."""
+    (train_reward, credit_gini, credit_effective_token_ratio) and those the method declares
+    (``Method.summary``: ARCA's train_weight_gini, train_weight_effective_n_ratio), "/" written "_"."""
     eval_n: int = 0
     """Samples per eval problem (0 in results without per-problem counts)."""
     problem_ids: dict[str, list[str]] = field(default_factory=dict)
