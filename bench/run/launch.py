@@ -49,13 +49,7 @@ def run_sweep(
     tracking.check_tracking_uri(uri, write=True)  # before results/<sweep>/, its lock or the parent run exist
     out = Path(results_dir) / sweep.name
     out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / ".lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise CreditBenchError(
-            f"sweep {sweep.name!r} is already running (results/{sweep.name}/.lock is held)"
-        ) from None
+    lock = _lock(out, sweep.name)
     claim_store(out, uri)  # before anything in results/<sweep>/ or either store is touched
     t0 = time.perf_counter()
     client = tracking.client(uri)
@@ -72,26 +66,7 @@ def run_sweep(
     )
 
     def launched(r: SweepRun) -> RunConfig:
-        """The run's config as its process gets it: tracking into this sweep."""
-        cfg = copy.deepcopy(r.cfg)
-        cfg.threads = threads
-        cfg.tracking = dataclasses.replace(
-            cfg.tracking,
-            uri=uri,
-            experiment=sweep.spec.experiment,
-            run_name=r.key,
-            sweep=sweep.name,
-            results_dir=results_dir,
-            parent_run_id=parent,
-            tags={
-                **cfg.tracking.tags,
-                "run_key": r.key,
-                "label": r.label,
-                "config_hash": r.config_hash,
-                "budget": _budget_text(sweep.budget),
-            },
-        )
-        return cfg
+        return _launched(r, sweep, threads, uri, results_dir, parent)
 
     for r in todo:  # what an earlier, unfinished attempt left: its MLflow runs but the one it resumes into
         sweep_runs.delete_sweep_runs(client, sweep.spec.experiment, sweep.name, r.key, keep=_resumable(launched(r)))
@@ -142,6 +117,40 @@ def run_sweep(
             "run the sweep again to redo them"
         )
     return written
+
+
+def _lock(out: Path, name: str):
+    """The sweep's lock (results/<sweep>/.lock), held until closed; refused while another holds it."""
+    lock = open(out / ".lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise CreditBenchError(f"sweep {name!r} is already running (results/{name}/.lock is held)") from None
+    return lock
+
+
+def _launched(r: SweepRun, sweep: Sweep, threads: int, uri: str, results_dir: str, parent: str) -> RunConfig:
+    """The run's config as its process gets it: tracking into this sweep."""
+    cfg = copy.deepcopy(r.cfg)
+    cfg.threads = threads
+    cfg.tracking = dataclasses.replace(
+        cfg.tracking,
+        uri=uri,
+        experiment=sweep.spec.experiment,
+        run_name=r.key,
+        sweep=sweep.name,
+        results_dir=results_dir,
+        parent_run_id=parent,
+        tags={
+            **cfg.tracking.tags,
+            "run_key": r.key,
+            "label": r.label,
+            "config_hash": r.config_hash,
+            "budget": _budget_text(sweep.budget),
+        },
+    )
+    return cfg
 
 
 def _report_files(out: Path) -> list[Path]:

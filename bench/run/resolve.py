@@ -40,6 +40,20 @@ def resolve(cfg: RunConfig) -> Resolved:
     method_cls = METHODS.get(cfg.method.name)
     method = method_cls(build_config(method_cls.Config, cfg.method.options, f"method {cfg.method.name!r}"))
     task = _build_task(cfg.task.name, cfg.task.options)
+    eval_tasks = _eval_tasks(cfg, task)
+    check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
+    if "train" not in task.splits:
+        raise CreditBenchError(
+            f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
+            "train on a task that has one (see `creditbench tasks`)"
+        )
+    _allow_code(cfg, eval_tasks)
+    _check_model(cfg, method)
+    return Resolved(cfg, method, task, eval_tasks)
+
+
+def _eval_tasks(cfg: RunConfig, task: Task) -> dict[str, Task]:
+    """The tasks evaluated at every eval point, the training task first; each must have an eval split."""
     eval_tasks = {cfg.task.name: task}
     for spec in cfg.eval.tasks:
         if spec.name in eval_tasks:
@@ -49,19 +63,23 @@ def resolve(cfg: RunConfig) -> Resolved:
             raise CreditBenchError(
                 f"eval task {spec.name!r} has no eval split (it has: {', '.join(eval_tasks[spec.name].splits)})"
             )
-    check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
-    if "train" not in task.splits:
-        raise CreditBenchError(
-            f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "
-            "train on a task that has one (see `creditbench tasks`)"
-        )
-    for name, t in eval_tasks.items():
-        if t.executes_code:
-            from bench.core import code_execution_allowed, code_execution_refused
+    return eval_tasks
 
+
+def _allow_code(cfg: RunConfig, tasks: dict[str, Task]) -> None:
+    """Let the tasks that run model-written code run it, only with the opt-in (else refuse)."""
+    from bench.core import code_execution_allowed, code_execution_refused
+
+    for name, t in tasks.items():
+        if t.executes_code:
             if not code_execution_allowed(cfg.allow_code_execution):
                 raise CreditBenchError(code_execution_refused(name))
             t.allow_code_execution()
+
+
+def _check_model(cfg: RunConfig, method: Method) -> None:
+    """The model: a known tiny size, LoRA where the method compares adapter-on and -off states, a
+    scale this machine's strategy and precision allow, a saved directory that exists."""
     from bench.engine.policy import TINY_SIZES
 
     if cfg.model.name.startswith("tiny-") and cfg.model.name not in TINY_SIZES:
@@ -79,7 +97,6 @@ def resolve(cfg: RunConfig) -> Resolved:
             f"model directory {cfg.model.name!r} does not exist (give a saved model directory, "
             f"a Hub id or a tiny size: {', '.join(TINY_SIZES)})"
         )
-    return Resolved(cfg, method, task, eval_tasks)
 
 
 def _build_task(name: str, options: dict[str, Any]) -> Task:
