@@ -28,7 +28,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from bench.config import EvalConfig, RLConfig
 from bench.core import Method, RolloutBatch, Task
-from bench.distributed import ShardPlan, all_sum, gather_objects, mean_over_processes, rank, world_size
+from bench.distributed import all_sum, gather_objects, mean_over_processes, rank, world_size
 from bench.engine import scoring, step
 from bench.engine.blame import (
     BlameProbe,
@@ -43,6 +43,7 @@ from bench.engine.metrics import EvalEpoch, metric_key
 from bench.engine.probe import credit_map, find_probe, probe_from_state, probe_state
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, reward_stats, train_rollouts
+from bench.engine.sharding import ShardPlan
 from bench.engine.step import SkippedUpdates
 
 TRAIN_SUMMARY = ("train/reward", "credit/gini", "credit/effective_token_ratio")

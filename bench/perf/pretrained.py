@@ -136,8 +136,8 @@ def grpo_run(task_name: str, args) -> dict:
     import torch
 
     from bench.config import EvalConfig
+    from bench.engine.fit import fit_logged
     from bench.engine.policy import load_policy
-    from bench.perf.step import fit_logged
     from bench.run.build import build_module, prepare
     from bench.run.resolve import resolve
 

@@ -20,10 +20,9 @@ import time
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import Logger
 
 from bench.config import EvalConfig, RLConfig
-from bench.engine.data import PromptDataModule
+from bench.engine.fit import fit_logged
 from bench.engine.module import RLVRModule
 from bench.engine.policy import build_tiny, num_parameters
 from bench.engine.scoring import score
@@ -32,42 +31,6 @@ from bench.perf.common import machine, machine_line, md_table, perf_parser, run_
 from bench.registry import METHODS, TASKS
 
 PHASES = ("time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")
-
-
-class MemoryLogger(Logger):
-    """Keeps every logged row in memory, where the benchmarks (and tests) read the step timings back."""
-
-    def __init__(self):
-        super().__init__()
-        self.rows: list[dict[str, float]] = []
-
-    name = property(lambda self: "memory")
-    version = property(lambda self: 0)
-
-    def log_metrics(self, metrics, step=None):
-        self.rows.append(dict(metrics))
-
-    def log_hyperparams(self, params, *args, **kwargs):
-        pass
-
-
-def fit_logged(module: RLVRModule, task, rl: RLConfig, ev: EvalConfig, steps: int | None = None) -> list[dict]:
-    """Fit ``module`` with Lightning on one CPU process for ``steps`` RL steps (default ``rl.steps``):
-    no checkpoints, progress bar or validation. Returns every row it logged, in order."""
-    logger = MemoryLogger()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=(rl.steps if steps is None else steps) * rl.ppo_epochs * rl.minibatches,
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
-    trainer.fit(module, datamodule=PromptDataModule(task, rl.prompts_per_step, ev, 0))
-    return logger.rows
 
 
 def rl_steps(size: str, steps: int, kl_coef: float, method_name: str, task_name: str) -> list[dict[str, float]]:

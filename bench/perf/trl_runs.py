@@ -53,9 +53,9 @@ def measure_creditbench(model_dir: str, steps: int, warmup: int, settings: dict 
 
     from bench.config import EvalConfig, RLConfig, SamplingConfig
     from bench.engine.data import PromptDataModule
+    from bench.engine.fit import MemoryLogger
     from bench.engine.module import RLVRModule
     from bench.engine.policy import enable_gradient_checkpointing, load_policy
-    from bench.perf.step import MemoryLogger
     from bench.registry import METHODS
 
     settings = settings or CREDITBENCH_MATCHED

@@ -145,7 +145,7 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
         config, rows * length, rows * rl.sampling.max_new_tokens, compute, cfg.model.gradient_checkpointing
     )
     # FSDP gathers the whole policy once per RL step (rollout, scoring and update run on it), in the
-    # compute dtype, beside the shards (bench.distributed.ShardPlan)
+    # compute dtype, beside the shards (bench.engine.sharding.ShardPlan)
     gathered = params * compute / gb if shard > 1 else 0.0
     return Plan(
         params,

@@ -1,6 +1,6 @@
 """Which engine, strategy and precision combinations a run can use (refused before any work), and
 the Lightning strategy a run's ``trainer`` settings name: DDP, or FSDP2 (``fully_shard``) through
-Lightning's ModelParallelStrategy, with the :class:`bench.distributed.ShardPlan` the module applies."""
+Lightning's ModelParallelStrategy, with the :class:`bench.engine.sharding.ShardPlan` the module applies."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def shard_plan(cfg: RunConfig):
         return None
     import torch
 
-    from bench.distributed import ShardPlan
+    from bench.engine.sharding import ShardPlan
 
     return ShardPlan(
         layers=tuple(decoder_layer_classes(cfg.model.name)),

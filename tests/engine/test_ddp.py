@@ -254,9 +254,9 @@ def test_bf16_mixed_trains_on_cpu_with_a_finite_loss(policy_dir):
 
     from bench.config import EvalConfig, RLConfig, SamplingConfig
     from bench.engine.data import PromptDataModule
+    from bench.engine.fit import MemoryLogger
     from bench.engine.module import RLVRModule
     from bench.engine.policy import load_policy
-    from bench.perf.step import MemoryLogger
     from bench.registry import TASKS
 
     w = _worker()

@@ -85,7 +85,7 @@ def test_the_skipped_update_leaves_weights_and_optimizer_state_as_they_were(poli
 
     from bench.config import EvalConfig
     from bench.engine.data import PromptDataModule
-    from bench.perf.step import MemoryLogger
+    from bench.engine.fit import MemoryLogger
 
     module, task, rl = _module(policy_dir, {2}, max_skipped=3)
     snapshots = {}

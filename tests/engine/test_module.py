@@ -26,7 +26,7 @@ def test_kl_and_multiple_epochs_and_minibatches(policy_dir):
     import lightning as L
 
     from bench.engine.data import PromptDataModule
-    from bench.perf.step import MemoryLogger
+    from bench.engine.fit import MemoryLogger
     from bench.registry import TASKS
 
     task = TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(train_size=500))
