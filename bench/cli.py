@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "ui":
             return cmd_ui(rest)
         if cmd == "fetch":
-            from bench.engine.pretrained import main as cmd_fetch
+            from bench.models.pretrained import main as cmd_fetch
 
             return cmd_fetch(rest)
         if cmd == "sweep":

@@ -22,7 +22,7 @@ def mlflow_uri(tmp_path):
 @pytest.fixture(scope="session")
 def policy_dir(tmp_path_factory):
     """A randomly initialised tiny-500k policy saved with from_pretrained's layout."""
-    from bench.engine.policy import build_tiny
+    from bench.models.policy import build_tiny
 
     d = tmp_path_factory.mktemp("policy")
     model, tok = build_tiny("tiny-500k", seed=0)

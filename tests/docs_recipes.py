@@ -100,7 +100,7 @@ def copy_repo(root: Path, dest: Path) -> Path:
 def tiny_policy(path: Path) -> Path:
     """A randomly initialised tiny Qwen3 and its tokenizer saved at ``path`` (once)."""
     if not (path / "config.json").is_file():
-        from bench.engine.policy import build_tiny
+        from bench.models.policy import build_tiny
 
         model, tokenizer = build_tiny("tiny-500k", seed=0, max_positions=4096)  # math prompts are long
         model.save_pretrained(path)

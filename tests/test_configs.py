@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import CreditBenchError
-from bench.run.hub_archs import (
+from bench.models.hub_archs import (
     ARCHITECTURES,
     architecture,
     meta_model,
@@ -57,7 +57,7 @@ def test_every_shipped_sweep_builds_short_of_its_weights(path):
             assert p.total_gb < 0.9 * GPU_GB and p.activations_gb > 0, f"{run.key}: {p.line()}"
             assert run.cfg.rl.micro_batch_tokens > 0, f"{run.key}: no rl.micro_batch_tokens"
             expected = published_params(run.cfg.model.name)
-            assert expected is not None, f"{run.cfg.model.name} has no architecture in bench.run.hub_archs"
+            assert expected is not None, f"{run.cfg.model.name} has no architecture in bench.models.hub_archs"
             assert p.params == pytest.approx(expected * 1e9, rel=0.015)
 
 
@@ -131,8 +131,8 @@ def test_random_checkpoint_loads_through_from_pretrained_and_generates(tmp_path)
     """A cut-down copy of the Qwen3-1.7B architecture (full vocabulary, 1 layer) saved at random init
     loads with the ordinary loading path and samples decodable text: what a GPU throughput run uses."""
     from bench.config import SamplingConfig
-    from bench.engine.policy import load_policy
     from bench.engine.rollout import HFRolloutEngine
+    from bench.models.policy import load_policy
 
     random_checkpoint(
         "Qwen/Qwen3-1.7B",
@@ -211,8 +211,8 @@ def test_activation_estimate_bounds_what_the_training_forward_keeps():
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from bench.engine.policy import enable_gradient_checkpointing
     from bench.engine.scoring import score
+    from bench.models.policy import enable_gradient_checkpointing
     from bench.run.plan import activation_gb
 
     cfg = Qwen3Config(

@@ -2,7 +2,8 @@
 
 Layers, lowest first: the plug-in API (the contract of a method and a task, the registry, errors,
 numerics and the collectives of distributed.py), the run configuration (bench.config, which plug-ins
-never see), then bench.engine, bench.run, bench.report, bench.perf, and bench.cli on top. A module
+never see), the models (bench.models: tiny policies, loading, the pretrained registry, the Hub
+architectures), then bench.engine, bench.run, bench.report, bench.perf, and bench.cli on top. A module
 imports its own layer and the ones below it, never one above; tasks/ and methods/ are plug-ins and
 import only the API (and their own package); nothing in bench/ imports a plug-in (it finds them
 through the registry). No two modules import each other, directly or around a longer circle. Imports inside
@@ -26,7 +27,7 @@ API = {
     "bench.distributed",
     "bench.tasks_base",
 }
-LAYERS = ["api", "bench.config", "bench.engine", "bench.run", "bench.report", "bench.perf", "bench.cli"]
+LAYERS = ["api", "bench.config", "bench.models", "bench.engine", "bench.run", "bench.report", "bench.perf", "bench.cli"]
 MAX_LINES = 400
 
 
@@ -83,6 +84,7 @@ def test_the_graph_sees_the_layers():
     assert {layer(m) for m in GRAPH} >= {
         "api",
         "bench.config",
+        "bench.models",
         "bench.engine",
         "bench.run",
         "bench.report",

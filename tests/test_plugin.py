@@ -67,7 +67,7 @@ def test_plugin_is_listed_and_passes_the_contract_tests(plugin_env):
 
 
 def test_plugin_trains_and_lands_in_mlflow(plugin_env, tmp_path):
-    from bench.engine.policy import build_tiny
+    from bench.models.policy import build_tiny
 
     model, tok = build_tiny("tiny-500k", seed=0)
     model.save_pretrained(tmp_path / "policy")

@@ -40,7 +40,7 @@ from bench.distributed import gather_objects, mean_over_processes, rank  # noqa:
 from bench.engine import scoring  # noqa: E402
 from bench.engine.data import PromptDataModule  # noqa: E402
 from bench.engine.module import RLVRModule  # noqa: E402
-from bench.engine.policy import build_tiny, char_tokenizer  # noqa: E402
+from bench.models.policy import build_tiny, char_tokenizer  # noqa: E402
 from bench.registry import METHODS, TASKS  # noqa: E402
 from bench.run.strategy import make_strategy  # noqa: E402
 

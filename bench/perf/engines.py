@@ -25,9 +25,9 @@ import torch
 
 from bench.config import RolloutConfig, SamplingConfig
 from bench.engine.engines import vllm_available
-from bench.engine.policy import TINY_SIZES, build_tiny, num_parameters
 from bench.engine.rollout import HFRolloutEngine
 from bench.errors import CreditBenchError, did_you_mean
+from bench.models.policy import TINY_SIZES, build_tiny, num_parameters
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import TASKS
 

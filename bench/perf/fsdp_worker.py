@@ -31,7 +31,7 @@ from bench.config import EvalConfig, RLConfig, RunConfig, SamplingConfig  # noqa
 from bench.distributed import rank  # noqa: E402
 from bench.engine.data import PromptDataModule  # noqa: E402
 from bench.engine.module import RLVRModule  # noqa: E402
-from bench.engine.policy import (  # noqa: E402
+from bench.models.policy import (  # noqa: E402
     add_lora,
     build_tiny,
     char_tokenizer,

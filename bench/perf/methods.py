@@ -33,10 +33,10 @@ import torch
 
 from bench.config import RLConfig, SamplingConfig
 from bench.core import RolloutBatch
-from bench.engine.policy import add_lora, build_tiny, num_parameters
 from bench.engine.sampling import RolloutSampler
 from bench.engine.scoring import score_batch
 from bench.engine.step import Optimization, update
+from bench.models.policy import add_lora, build_tiny, num_parameters
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS
 

@@ -21,10 +21,10 @@ import torch
 from bench.config import RLConfig, SamplingConfig
 from bench.core import RolloutBatch
 from bench.engine import microbatch
-from bench.engine.policy import TINY_SIZES, build_tiny, char_tokenizer
 from bench.engine.scoring import score_batch
 from bench.engine.step import Optimization, update
 from bench.errors import CreditBenchError
+from bench.models.policy import TINY_SIZES, build_tiny, char_tokenizer
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
 from bench.registry import METHODS
 

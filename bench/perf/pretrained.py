@@ -80,7 +80,7 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str, 
         argv.append("--allow_code_execution")
     a = parser().parse_args(argv)
     from bench.core import build_config
-    from bench.engine.pretrained import resolve
+    from bench.models.pretrained import resolve
     from bench.run.evaluate import _task_options
 
     a.model = str(resolve(a.model))
@@ -137,7 +137,7 @@ def grpo_run(task_name: str, args) -> dict:
 
     from bench.config import EvalConfig
     from bench.engine.fit import fit_logged
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
     from bench.run.build import build_module, prepare
     from bench.run.resolve import resolve
 
@@ -317,7 +317,7 @@ def main() -> int:
     if args.render:
         return render(args.out)
     from bench.core import code_execution_allowed, code_execution_refused
-    from bench.engine.pretrained import resolve
+    from bench.models.pretrained import resolve
 
     code = [t for t in (*args.tasks, args.rl_task) if t in CODE]
     if code and not code_execution_allowed(args.allow_code_execution):  # before any work, not after the evals

@@ -3,7 +3,7 @@
     python -m bench.perf.scale --model Qwen/Qwen3-1.7B --engines hf vllm --steps 4
     python -m bench.perf.scale --model Qwen/Qwen3-1.7B --shrink num_hidden_layers=2 --device cpu  # a smoke run
 
-A randomly initialised model of the architecture (bench.run.hub_archs, full vocabulary) is saved once
+A randomly initialised model of the architecture (bench.models.hub_archs, full vocabulary) is saved once
 and trained with ``creditbench train`` for a few GRPO steps per engine, each engine in its own
 process (so one's memory does not count against the other), in bf16 autocast with fp32 master
 weights as the paper configs train. A random model never emits its end token, so every completion
@@ -167,7 +167,7 @@ def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = perf_parser(__doc__, "python -m bench.perf.scale")
-    ap.add_argument("--model", default="Qwen/Qwen3-1.7B", help="an architecture of bench.run.hub_archs")
+    ap.add_argument("--model", default="Qwen/Qwen3-1.7B", help="an architecture of bench.models.hub_archs")
     ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=16)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         _one(args)
         return 0
 
-    from bench.run.hub_archs import random_checkpoint
+    from bench.models.hub_archs import random_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="creditbench-scale-") as tmp:
         ckpt = Path(tmp) / "model"

@@ -24,8 +24,8 @@ import torch
 from bench.config import EvalConfig, RLConfig
 from bench.engine.fit import fit_logged
 from bench.engine.module import RLVRModule
-from bench.engine.policy import build_tiny, num_parameters
 from bench.engine.scoring import score
+from bench.models.policy import build_tiny, num_parameters
 from bench.numerics import aggregate
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS, TASKS

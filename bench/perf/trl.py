@@ -5,7 +5,7 @@
 
 Needs the ``trl`` extra (``pip install -e '.[trl]'``: trl 1.16.0; it is used by nothing but this script).
 
-The workload, identical in both frameworks: the tiny Qwen3 policy of ``bench.engine.policy.build_tiny`` (random
+The workload, identical in both frameworks: the tiny Qwen3 policy of ``bench.models.policy.build_tiny`` (random
 weights, saved once with ``save_pretrained`` and loaded from that directory by both), arithmetic prompts
 (the registered ``arithmetic`` task with a 4,096-problem train split; its ``prompt()`` makes the prompts
 and its ``verify()`` gives the rewards -- TRL gets a reward function calling the same ``verify``),
@@ -249,8 +249,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from bench.engine.policy import TINY_SIZES, build_tiny, num_parameters
     from bench.errors import CreditBenchError, did_you_mean
+    from bench.models.policy import TINY_SIZES, build_tiny, num_parameters
 
     if importlib.util.find_spec("trl") is None:
         raise CreditBenchError("the TRL benchmark needs trl: pip install -e '.[trl]'")

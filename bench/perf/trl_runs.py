@@ -55,7 +55,7 @@ def measure_creditbench(model_dir: str, steps: int, warmup: int, settings: dict 
     from bench.engine.data import PromptDataModule
     from bench.engine.fit import MemoryLogger
     from bench.engine.module import RLVRModule
-    from bench.engine.policy import enable_gradient_checkpointing, load_policy
+    from bench.models.policy import enable_gradient_checkpointing, load_policy
     from bench.registry import METHODS
 
     settings = settings or CREDITBENCH_MATCHED
@@ -122,7 +122,7 @@ def creditbench_adamw() -> str:
     loop), so that the matched setting runs the same optimizer code on both sides."""
     from bench.config import EvalConfig, RLConfig
     from bench.engine.module import RLVRModule
-    from bench.engine.policy import build_tiny
+    from bench.models.policy import build_tiny
     from bench.registry import METHODS
 
     model, tok = build_tiny("tiny-500k")
@@ -244,7 +244,7 @@ def measure_floor(model_dir: str, steps: int, warmup: int) -> dict:
     """Bare generate of the batch + one forward/backward + AdamW step over the same tokens (fp32)."""
     import torch
 
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
 
     task = _task()
     rows = task.load("eval")

@@ -20,8 +20,8 @@ def prepare(cfg: RunConfig, r: Resolved, policy) -> tuple[Any, Any]:
     """(policy, reference or None) for training: activation checkpointing per decoder layer (under
     FSDP each layer is also one FSDP unit), the LoRA adapter (whose reference is the base with the
     adapter disabled: no copy), else a frozen copy where the method needs a reference."""
-    from bench.engine.policy import add_lora, enable_gradient_checkpointing
     from bench.engine.scoring import REFERENCE_NEEDS
+    from bench.models.policy import add_lora, enable_gradient_checkpointing
 
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(policy)

@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
         if not code_execution_allowed(a.allow_code_execution):
             raise CreditBenchError(code_execution_refused(a.task))
         task.allow_code_execution()
-    from bench.engine.policy import TINY_SIZES
+    from bench.models.policy import TINY_SIZES
 
     if a.model in TINY_SIZES:
         raise CreditBenchError(
@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
         a.model = run_policy(a.model, a.uri)
     if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
         raise CreditBenchError(f"model directory {a.model!r} does not exist (give {MODELS})")
-    from bench.engine.pretrained import resolve
+    from bench.models.pretrained import resolve
 
     a.model = str(resolve(a.model))  # a fetched pretrained model's short name: its cached copy
     _check_offline_hub_id(a.model)
@@ -204,8 +204,8 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
 
     from bench.config import SamplingConfig
     from bench.engine.metrics import PassAtK, eval_summary, metric_key
-    from bench.engine.policy import load_policy
     from bench.engine.rollout import HFRolloutEngine
+    from bench.models.policy import load_policy
     from bench.run.progress import counter
     from bench.run.tracking import git_commit, log_eval_run
 

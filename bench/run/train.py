@@ -119,7 +119,7 @@ def _policy(cfg: RunConfig, r: Resolved, progress: bool):
     checkpoint or None): the base loaded (warm-started first for a tiny model), prepared for training."""
     import lightning as L
 
-    from bench.engine.policy import TINY_SIZES, load_policy, num_parameters
+    from bench.models.policy import TINY_SIZES, load_policy, num_parameters
     from bench.run.build import prepare
     from bench.run.warmstart import base_checkpoint
 
@@ -138,7 +138,7 @@ def _policy(cfg: RunConfig, r: Resolved, progress: bool):
 def _logger(cfg: RunConfig, r: Resolved, policy, params: int, resume_id: str | None, ckpt_dir: Path | None):
     """The run's MLflow logger: a new run with its tags, resolved parameters and config (its id noted
     in ``ckpt_dir``, for a resume), or the run ``resume_id`` it continues."""
-    from bench.engine.policy import num_parameters
+    from bench.models.policy import num_parameters
     from bench.run.tracking import flatten, git_commit, log_config, make_logger
 
     tags = {
@@ -265,7 +265,7 @@ def _save_policy(s: _Session) -> Path | None:
     """The trained policy saved beside the run's checkpoints and logged to its MLflow run (the first
     process; every process gives its FSDP shards); its folder, None on the other processes."""
     from bench.engine.checkpoint import run_dir
-    from bench.engine.policy import full_state, save_policy
+    from bench.models.policy import full_state, save_policy
 
     state = full_state(s.module.policy)  # FSDP: every process gives its shards, the first gets the whole
     if not s.zero:

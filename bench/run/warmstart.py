@@ -30,9 +30,9 @@ from torch.utils.data import DataLoader
 
 from bench.config import SamplingConfig, WarmStartConfig
 from bench.core import Task
-from bench.engine.policy import build_tiny, num_parameters
 from bench.engine.rollout import HFRolloutEngine
 from bench.errors import CreditBenchError
+from bench.models.policy import build_tiny, num_parameters
 from bench.run import bases
 from bench.run.progress import duration
 

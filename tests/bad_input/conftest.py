@@ -99,9 +99,9 @@ def no_work(monkeypatch):
 @pytest.fixture
 def no_weights(monkeypatch):
     """`creditbench eval` must refuse bad input before it loads a model."""
-    import bench.engine.policy
+    import bench.models.policy
 
     def load_policy(*args, **kwargs):
         raise WorkStarted("the model's weights were being loaded: the bad input was not refused before work started")
 
-    monkeypatch.setattr(bench.engine.policy, "load_policy", load_policy)
+    monkeypatch.setattr(bench.models.policy, "load_policy", load_policy)

@@ -14,7 +14,7 @@ from bench.errors import CreditBenchError
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    from bench.engine.policy import build_tiny, save_policy
+    from bench.models.policy import build_tiny, save_policy
 
     model, tokenizer = build_tiny("tiny-500k")
     out = tmp_path_factory.mktemp("policy")
@@ -31,7 +31,7 @@ def damage(path, how: str) -> None:
 def test_a_damaged_saved_policy_is_named_in_one_line(saved, tmp_path, how):
     import shutil
 
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
 
     policy = tmp_path / "policy"
     shutil.copytree(saved, policy)

@@ -17,7 +17,7 @@ from bench.engine.blame import (
     find_blame_probe,
 )
 from bench.engine.module import RLVRModule
-from bench.engine.policy import char_tokenizer, load_policy
+from bench.models.policy import char_tokenizer, load_policy
 from bench.registry import TASKS
 from methods.grpo import GRPO, GRPOConfig
 

@@ -226,7 +226,7 @@ def test_too_few_eval_problems_for_the_processes_is_refused():
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients():
     """model.gradient_checkpointing recomputes each decoder layer in the backward pass (each layer's
     forward runs twice) and changes nothing else: in fp32 the loss and every gradient are equal."""
-    from bench.engine.policy import build_tiny, enable_gradient_checkpointing
+    from bench.models.policy import build_tiny, enable_gradient_checkpointing
 
     plain, _ = build_tiny("tiny-500k", seed=0)
     checkpointed, _ = build_tiny("tiny-500k", seed=0)
@@ -256,7 +256,7 @@ def test_bf16_mixed_trains_on_cpu_with_a_finite_loss(policy_dir):
     from bench.engine.data import PromptDataModule
     from bench.engine.fit import MemoryLogger
     from bench.engine.module import RLVRModule
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
     from bench.registry import TASKS
 
     w = _worker()

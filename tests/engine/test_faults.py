@@ -12,7 +12,7 @@ from bench.errors import CreditBenchError
 def _module(policy_dir, poison_steps: set[int], max_skipped: int, what: str = "loss"):
     from bench.config import EvalConfig, RLConfig, SamplingConfig
     from bench.engine.module import RLVRModule
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
     from bench.registry import METHODS, TASKS
     from methods.grpo import GRPO
 

@@ -81,7 +81,7 @@ def test_a_short_fsdp_run_trains_and_saves_the_whole_policy(tmp_path, one_thread
     completions of different lengths: the trainable weights move, the frozen ones do not, the greedy
     eval (3 + 4 problems) and the credit probe run, and the saved policy loads back with the trained
     weights."""
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
 
     out = tmp_path / "train.pt"
     _launch([sys.executable, str(WORKER), "train", str(out), *(["--lora"] if lora else [])], timeout=400)
@@ -163,7 +163,7 @@ def test_cli_train_with_fsdp_checkpoints_resumes_and_saves_the_policy(tmp_path, 
     state = torch.load(ckpt, weights_only=False)
     weights = state["state_dict"]
     assert len(weights) == 35 and not any(k.startswith("ref_policy.") for k in weights)  # the trainable ones
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
 
     saved = load_policy(ckpt.parent / "policy")[0].state_dict()
     assert all(torch.equal(saved[k.removeprefix("policy.")], v) for k, v in weights.items())

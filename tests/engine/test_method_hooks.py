@@ -11,11 +11,11 @@ import torch
 
 from bench.config import RLConfig, SamplingConfig
 from bench.core import LossOutput, Method, MethodConfig, RolloutBatch
-from bench.engine.policy import add_lora, build_tiny
 from bench.engine.rollout import HFRolloutEngine
 from bench.engine.sampling import RolloutSampler
 from bench.engine.scoring import Scored, score, score_batch
 from bench.engine.step import Optimization, make_optimizer, update
+from bench.models.policy import add_lora, build_tiny
 from bench.numerics import aggregate
 from bench.registry import TASKS
 

@@ -12,10 +12,10 @@ import torch
 
 from bench.config import RLConfig, SamplingConfig
 from bench.engine import microbatch
-from bench.engine.policy import add_lora, build_tiny, char_tokenizer
 from bench.engine.scoring import is_fused, score_batch
 from bench.engine.step import Optimization, update
 from bench.errors import CreditBenchError
+from bench.models.policy import add_lora, build_tiny, char_tokenizer
 from bench.registry import METHODS
 from tests.engine.test_step import GROUPS, G, T, fixed_batch
 

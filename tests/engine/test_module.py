@@ -8,8 +8,8 @@ import torch
 from bench.config import EvalConfig, RLConfig, SamplingConfig
 from bench.core import Method
 from bench.engine.module import RLVRModule
-from bench.engine.policy import load_policy
 from bench.errors import CreditBenchError
+from bench.models.policy import load_policy
 from methods.grpo import GRPO, GRPOConfig
 from tests.fitting import fit_rows
 
@@ -88,7 +88,7 @@ def test_lora_arca_trains_only_the_adapter_and_reads_the_residual(policy_dir, mi
     """Under LoRA only the adapter moves; the reference is the same model with the adapter off, and
     ARCA's residual is zero at the first step (LoRA's B starts at 0: uniform weights, Gini 0) and
     positive once the adapter has moved. Fused (1 minibatch) and separate-scoring paths both."""
-    from bench.engine.policy import add_lora
+    from bench.models.policy import add_lora
     from methods.arca import ARCA, ARCAConfig, token_weights
 
     class ArcaEveryTokenUp(ARCA):  # a random policy earns no reward: push every token, ARCA-weighted

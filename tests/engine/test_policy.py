@@ -2,10 +2,10 @@ import pytest
 import torch
 
 from bench.config import SamplingConfig
-from bench.engine.policy import TINY_SIZES, build_tiny, char_tokenizer, load_policy, num_parameters
 from bench.engine.rollout import HFRolloutEngine, completion_mask
 from bench.engine.scoring import score
 from bench.errors import CreditBenchError
+from bench.models.policy import TINY_SIZES, build_tiny, char_tokenizer, load_policy, num_parameters
 
 
 def test_tokenizer_round_trips_without_download():

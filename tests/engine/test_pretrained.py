@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.engine import pretrained
-from bench.engine.pretrained import MARKER, Chunk, Pretrained, assemble, cached, fetch, resolve
+from bench.models import pretrained
 from bench.errors import CreditBenchError
+from bench.models.pretrained import MARKER, Chunk, Pretrained, assemble, cached, fetch, resolve
 
 gguf = pytest.importorskip("gguf", reason="the gguf extra (pip install -e '.[gguf,test]')")
 
@@ -174,7 +174,7 @@ def test_a_tar_member_that_is_a_link_is_refused(tmp_path):
 def test_fetch_dequantises_and_caches_a_tiny_qwen2(tmp_path, monkeypatch):
     """GGUF chunks -> verified file -> transformers' GGUF route -> save_pretrained copy; the short
     name then loads it through load_policy with the exact weights and its chat template."""
-    from bench.engine.policy import load_policy
+    from bench.models.policy import load_policy
     from tasks.prompts import chat_prompt
 
     model = tiny_qwen2_gguf(tmp_path / "tiny.gguf")
@@ -274,7 +274,7 @@ def test_one_grpo_lora_step_on_the_real_model():
     give a finite loss."""
     from bench.config import EvalConfig, RLConfig, SamplingConfig
     from bench.engine.module import RLVRModule
-    from bench.engine.policy import add_lora, load_policy
+    from bench.models.policy import add_lora, load_policy
     from bench.registry import TASKS
     from methods.grpo import GRPO, GRPOConfig
     from tests.fitting import fit_rows

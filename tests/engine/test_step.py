@@ -13,9 +13,9 @@ from torch.utils.data import DataLoader
 from bench.config import EvalConfig, RLConfig
 from bench.core import RolloutBatch
 from bench.engine.module import RLVRModule
-from bench.engine.policy import add_lora, build_tiny, char_tokenizer
 from bench.engine.scoring import score_batch
 from bench.engine.step import Optimization, make_optimizer, update
+from bench.models.policy import add_lora, build_tiny, char_tokenizer
 from bench.registry import METHODS, TASKS
 
 G, GROUPS, P, T = 4, 3, 6, 10

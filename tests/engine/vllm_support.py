@@ -5,8 +5,8 @@ the tiny policy they sample from, one open engine at a time, and the comparison 
 import torch
 
 from bench.config import RolloutConfig, SamplingConfig
-from bench.engine.policy import build_tiny
 from bench.engine.vllm_engine import VLLMRolloutEngine
+from bench.models.policy import build_tiny
 
 PROMPTS = ["12+3=", "7*8=", "What is 5-2?", "99+1=", "a", "bb", "(4+4)*2=", "0"]
 GREEDY = SamplingConfig(temperature=0, max_new_tokens=24)

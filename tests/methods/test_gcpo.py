@@ -155,7 +155,7 @@ def test_negative_prompt_chat_and_compact():
 def test_compact_negative_prompt_is_encodable_by_the_tiny_tokenizer():
     """The tiny models' character tokenizer covers printable ASCII and newline: the negative prompt
     of a rendered compact arithmetic prompt has no <unk> and is one token per character."""
-    from bench.engine.policy import char_tokenizer
+    from bench.models.policy import char_tokenizer
     from tasks.arithmetic import Arithmetic
 
     task = Arithmetic()

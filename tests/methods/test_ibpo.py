@@ -5,8 +5,8 @@ import torch
 from test_contract import random_batch
 
 from bench.core import RolloutBatch
-from bench.engine.policy import CHARS
 from bench.errors import CreditBenchError
+from bench.models.policy import CHARS
 from bench.numerics import aggregate
 from methods.common import group_advantage
 from methods.grpo import GRPO, GRPOConfig

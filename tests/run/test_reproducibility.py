@@ -56,7 +56,7 @@ def test_a_run_and_a_report_carry_the_numerics_fingerprint():
 
 
 def _base(cache: Path, task: str = "chain", name: str = "tiny-500k-abc") -> Path:
-    from bench.engine.policy import build_tiny
+    from bench.models.policy import build_tiny
 
     out = cache / "base" / task / name
     model, tok = build_tiny("tiny-500k", seed=0)

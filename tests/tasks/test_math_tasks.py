@@ -146,7 +146,7 @@ def test_hub_loading_offline_says_how_to_use_a_local_copy(monkeypatch):
 
 
 def test_prompt_templates():
-    from bench.engine.policy import char_tokenizer
+    from bench.models.policy import char_tokenizer
 
     row = {"question": "What is $1+1$?"}
     cls = TASKS.get("math500")

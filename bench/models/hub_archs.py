@@ -98,7 +98,7 @@ ARCHITECTURES: dict[str, tuple[dict[str, Any], float]] = {
         },
         1.54,
     ),
-    # creditbench's fetched GGUF copy (bench.engine.pretrained): the Hub original ties its embeddings
+    # creditbench's fetched GGUF copy (bench.models.pretrained): the Hub original ties its embeddings
     # (0.49B on its card); the Q4_K_M GGUF keeps a separate output layer, so the copy trains 0.63B
     "qwen2.5-coder-0.5b-instruct": (
         {
@@ -218,7 +218,7 @@ def filler_tokenizer(vocab_size: int):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from bench.engine.policy import CHARS, SPECIAL_TOKENS
+    from bench.models.policy import CHARS, SPECIAL_TOKENS
 
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + CHARS)}
     vocab.update({f"<t{i}>": i for i in range(len(vocab), vocab_size)})

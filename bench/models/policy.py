@@ -80,7 +80,7 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32", accepts: str |
     calling command takes as a model, for the error (default: what a training run takes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bench.engine.pretrained import resolve
+    from bench.models.pretrained import resolve
 
     name_or_path = resolve(name_or_path)  # a fetched pretrained model's short name -> its cached copy
     adapter = Path(str(name_or_path)).expanduser() / "adapter_config.json"
