@@ -71,7 +71,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str, allow_code: bool = False) -> dict:
     from bench.core import code_execution_allowed, code_execution_refused
     from bench.registry import TASKS as REGISTRY
-    from bench.run.evaluate import evaluate, parser
+    from bench.run.evaluate import evaluate, parser, settings
 
     argv = ["--model", MODEL, "--task", task_name, "--n", "1", "--k", "1", "--temperature", "0"]
     argv += ["--num_problems", str(problems), "--max_new_tokens", str(max_new_tokens), "--batch_size", str(problems)]
@@ -79,6 +79,7 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str, 
     if allow_code:
         argv.append("--allow_code_execution")
     a = parser().parse_args(argv)
+    settings(a)
     from bench.core import build_config
     from bench.models.pretrained import resolve
     from bench.run.evaluate import _task_options

@@ -18,6 +18,7 @@ import argparse
 import json
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +44,16 @@ def parser() -> argparse.ArgumentParser:
         "--model",
         required=True,
         help="a saved model directory, a Hugging Face Hub id, or the MLflow run id of a training run "
-        "(its saved policy)",
+        "(its saved policy; the run's own task, options and eval settings are then the defaults)",
     )
-    p.add_argument("--task", required=True, help="a registered task (see `creditbench tasks`)")
-    p.add_argument("--n", type=int, default=16, help="samples per problem (default 16)")
-    p.add_argument("--k", default="1,4,16", help="comma-separated k for pass@k, each <= n (default 1,4,16)")
-    p.add_argument("--num_problems", type=int, default=0, help="evaluate the first N problems (0: all)")
+    p.add_argument("--task", default=None, help="a registered task (see `creditbench tasks`)")
+    p.add_argument("--n", type=int, default=None, help=f"samples per problem (default {DEFAULTS['n']})")
+    p.add_argument("--k", default=None, help=f"comma-separated k for pass@k, each <= n (default {DEFAULTS['k']})")
+    p.add_argument("--num_problems", type=int, default=None, help="evaluate the first N problems (default 0: all)")
     p.add_argument("--split", default="eval", help="task split (default eval)")
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top_p", type=float, default=0.95)
-    p.add_argument("--max_new_tokens", type=int, default=3072)
+    p.add_argument("--temperature", type=float, default=None, help=f"(default {DEFAULTS['temperature']})")
+    p.add_argument("--top_p", type=float, default=None, help=f"(default {DEFAULTS['top_p']})")
+    p.add_argument("--max_new_tokens", type=int, default=None, help=f"(default {DEFAULTS['max_new_tokens']})")
     p.add_argument("--batch_size", type=int, default=64, help="sequences per generate call")
     p.add_argument("--template", default=None, help="the task's prompt template (default: the task's own)")
     p.add_argument(
@@ -87,8 +88,50 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+DEFAULTS = {"n": 16, "k": "1,4,16", "num_problems": 0, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 3072}
+"""The eval settings of a model that is not a training run's (whose own settings are the defaults)."""
+
+
+def settings(a: argparse.Namespace, cfg=None) -> list[int]:
+    """Fill the settings ``a`` leaves unset -- from the training run's config ``cfg`` (its task and
+    task options, and its eval's n, k, problems and sampling), else :data:`DEFAULTS` -- and check
+    them; the k of pass@k, sorted."""
+    _defaults(a, cfg)
+    try:
+        ks = sorted({int(k) for k in a.k.split(",") if k.strip()})
+    except ValueError:
+        raise CreditBenchError(f"--k must be comma-separated integers, got {a.k!r}") from None
+    check(a.n >= 1, f"--n must be >= 1, got {a.n}")
+    check(
+        bool(ks) and all(1 <= k <= a.n for k in ks), f"--k values must lie in [1, n={a.n}] (unbiased pass@k), got {a.k}"
+    )
+    check(
+        a.num_problems >= 0 and a.batch_size >= 1 and a.max_new_tokens >= 1,
+        "--num_problems must be >= 0, --batch_size and --max_new_tokens >= 1",
+    )
+    return ks
+
+
+def _defaults(a: argparse.Namespace, cfg) -> None:
+    a.top_k, a.run_task_options = 0, {}
+    if cfg is not None:
+        s = cfg.eval.sampling
+        own = {"n": cfg.eval.n, "k": ",".join(map(str, cfg.eval.k)), "num_problems": cfg.eval.num_problems}
+        own |= {"temperature": s.temperature, "top_p": s.top_p, "max_new_tokens": s.max_new_tokens}
+        for key, value in own.items():
+            if getattr(a, key) is None:
+                setattr(a, key, value)
+        a.task = a.task or cfg.task.name
+        if a.task == cfg.task.name:  # the run's task: its options, under any --task_option given
+            a.run_task_options, a.top_k = dict(cfg.task.options), s.top_k
+    for key, value in DEFAULTS.items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    check(a.task is not None, "--task is required (unless --model is a training run's id: then its task)")
+
+
 def _task_options(a: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = dict(getattr(a, "run_task_options", {}))
     for item in a.task_option:
         if "=" not in item:
             raise CreditBenchError(f"--task_option expects KEY=VALUE, got {item!r}")
@@ -109,18 +152,10 @@ def main(argv: list[str]) -> int:
     from bench.registry import TASKS
 
     a = parser().parse_args(argv)
-    try:
-        ks = sorted({int(k) for k in a.k.split(",") if k.strip()})
-    except ValueError:
-        raise CreditBenchError(f"--k must be comma-separated integers, got {a.k!r}") from None
-    check(a.n >= 1, f"--n must be >= 1, got {a.n}")
-    check(
-        bool(ks) and all(1 <= k <= a.n for k in ks), f"--k values must lie in [1, n={a.n}] (unbiased pass@k), got {a.k}"
-    )
-    check(
-        a.num_problems >= 0 and a.batch_size >= 1 and a.max_new_tokens >= 1,
-        "--num_problems must be >= 0, --batch_size and --max_new_tokens >= 1",
-    )
+    training = None  # the training run whose policy this is
+    if re.fullmatch(r"[0-9a-f]{32}", a.model) and not Path(a.model).exists():  # an MLflow run id
+        training = training_run(a.model, a.uri)
+    ks = settings(a, training.cfg if training else None)
     task_cls = TASKS.get(a.task)
     task = task_cls(build_config(task_cls.Config, _task_options(a), f"task {a.task!r}"))
     if a.split not in task.splits:
@@ -136,8 +171,8 @@ def main(argv: list[str]) -> int:
             f"--model {a.model!r} is a size, not a checkpoint: give {MODELS} "
             "(e.g. a base checkpoint under .creditbench/cache)"
         )
-    if re.fullmatch(r"[0-9a-f]{32}", a.model) and not Path(a.model).exists():  # an MLflow run id
-        a.model = run_policy(a.model, a.uri)
+    if training is not None:
+        a.model = run_policy(training, a.uri)
     if a.model.startswith(("/", "./", "../", "~")) and not Path(a.model).expanduser().is_dir():
         raise CreditBenchError(f"model directory {a.model!r} does not exist (give {MODELS})")
     from bench.models.pretrained import resolve
@@ -150,7 +185,7 @@ def main(argv: list[str]) -> int:
     rows = task.load(a.split)  # before the model: a missing data file fails fast
     if a.num_problems:
         rows = rows.select(range(min(a.num_problems, len(rows))))
-    result = evaluate(a, task, rows, ks)
+    result = evaluate(a, task, rows, ks, training)
     print(format_result(result))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -176,30 +211,59 @@ def _check_offline_hub_id(model: str) -> None:
         )
 
 
-def run_policy(run_id: str, uri: str) -> str:
-    """The policy a training run saved: its ``policy_dir`` where that still exists, else the run's
-    ``policy/`` artifact downloaded from the tracking store."""
+@dataclass
+class TrainingRun:
+    """A training run whose saved policy is evaluated: its id, name and config (None when the run
+    logged none)."""
+
+    run_id: str
+    name: str
+    cfg: Any
+    policy_dir: str | None = None  # where the run saved its policy on this machine (tag policy_dir)
+
+
+def training_run(run_id: str, uri: str) -> TrainingRun:
+    """The training run ``run_id`` of the store at ``uri``, with the run config it logged (config.yaml)."""
+    import tempfile
+
+    import yaml
+
+    from bench.run.args import run_config
     from bench.run.tracking import check_tracking_uri, client
 
     check_tracking_uri(uri)
+    c = client(uri)
     try:
-        run = client(uri).get_run(run_id)
+        run = c.get_run(run_id)
     except Exception as e:  # mlflow: no such run in this store
         raise CreditBenchError(f"--model {run_id}: no MLflow run with that id in {uri} ({first_line(e)})") from None
-    local = run.data.tags.get("policy_dir")
-    if local and Path(local).is_dir():
-        return local
+    cfg = None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            text = Path(c.download_artifacts(run_id, "config.yaml", tmp)).read_text()
+        except Exception:  # a run logged without its config: the flags and DEFAULTS decide
+            text = None
+        if text is not None:
+            cfg = run_config(yaml.safe_load(text), f"--model {run_id}: its config.yaml")
+    return TrainingRun(run_id, run.info.run_name, cfg, run.data.tags.get("policy_dir"))
+
+
+def run_policy(training: TrainingRun, uri: str) -> str:
+    """The policy a training run saved: its ``policy_dir`` where that still exists, else the run's
+    ``policy/`` artifact downloaded from the tracking store."""
     import mlflow
 
+    if training.policy_dir and Path(training.policy_dir).is_dir():
+        return training.policy_dir
     try:
-        return mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="policy", tracking_uri=uri)
+        return mlflow.artifacts.download_artifacts(run_id=training.run_id, artifact_path="policy", tracking_uri=uri)
     except Exception as e:
         raise CreditBenchError(
-            f"--model {run_id}: the run saved no policy (train with checkpoint.policy: true) ({first_line(e)})"
+            f"--model {training.run_id}: the run saved no policy (train with checkpoint.policy: true) ({first_line(e)})"
         ) from None
 
 
-def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]:
+def evaluate(a: argparse.Namespace, task, rows, ks: list[int], training: TrainingRun | None = None) -> dict[str, Any]:
     import torch
 
     from bench.config import SamplingConfig
@@ -211,7 +275,8 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = a.dtype if a.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
-    sampling = SamplingConfig(temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens)
+    top_k = getattr(a, "top_k", 0)
+    sampling = SamplingConfig(temperature=a.temperature, top_p=a.top_p, top_k=top_k, max_new_tokens=a.max_new_tokens)
     t0 = time.perf_counter()
     model, tokenizer = load_policy(a.model, dtype, accepts=MODELS)
     model.to(device).eval()
@@ -251,10 +316,15 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
     wall = time.perf_counter() - t0
     res = eval_summary(metric, lengths, truncated, flex)  # as a training run's evals report them
     res["wall_s"] = wall
-    run_name = a.run_name or f"eval-{a.task}-{Path(a.model.rstrip('/')).name}"
-    tags = {"kind": "eval", "task": a.task, "task_version": task.VERSION, "model": a.model, "git_commit": git_commit()}
+    # a training run's policy is named by the run (its local copy may be temporary), and linked to it
+    model = f"runs:/{training.run_id}/policy" if training else a.model
+    run_name = a.run_name or f"eval-{a.task}-{training.name if training else Path(a.model.rstrip('/')).name}"
+    tags = {"kind": "eval", "task": a.task, "task_version": task.VERSION, "model": model, "git_commit": git_commit()}
+    if training:
+        tags["training_run_id"] = training.run_id
+        tags["mlflow.note.content"] = f"Evaluation of the policy of training run {training.name} ({training.run_id})."
     params = {
-        "model": a.model,
+        "model": model,
         "task": a.task,
         "split": a.split,
         "n": a.n,
@@ -262,6 +332,7 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
         "num_problems": len(rows),
         "temperature": a.temperature,
         "top_p": a.top_p,
+        "top_k": top_k,
         "max_new_tokens": a.max_new_tokens,
         "template": task.config.template,
         "dtype": dtype,
@@ -274,7 +345,7 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int]) -> dict[str, Any]
         a.uri, a.experiment, run_name, tags, params, metrics, {"per_problem.json": {"per_problem": per_problem}}, table
     )
     return {
-        "model": a.model,
+        "model": model,
         "task": a.task,
         "task_version": task.VERSION,
         "split": a.split,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.models import pretrained
 from bench.errors import CreditBenchError
+from bench.models import pretrained
 from bench.models.pretrained import MARKER, Chunk, Pretrained, assemble, cached, fetch, resolve
 
 gguf = pytest.importorskip("gguf", reason="the gguf extra (pip install -e '.[gguf,test]')")

@@ -65,3 +65,13 @@ def test_the_saved_policy_evaluates_to_the_runs_final_numbers(tmp_path, warm_cac
 
     artifacts = {a.path for a in mlflow.MlflowClient(uri).list_artifacts(res["mlflow_run_id"], "policy")}
     assert any(p.endswith(("model.safetensors", "adapter_model.safetensors")) for p in artifacts), artifacts
+    # the run id alone: the run's own task, options and eval settings, and the eval run linked to it
+    out = tmp_path / "eval-own.json"
+    assert eval_main(["--model", res["mlflow_run_id"], "--uri", uri, "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert (got["task"], got["n"], got["ks"], got["num_problems"]) == ("arithmetic", 1, [1], 20)
+    assert got["metrics"]["pass_at_1"] == pytest.approx(res["final"]["pass_at_1"]), (got["metrics"], res["final"])
+    linked = mlflow.MlflowClient(uri).get_run(got["mlflow_run_id"])
+    assert linked.data.tags["training_run_id"] == res["mlflow_run_id"]
+    assert got["model"] == linked.data.params["model"] == f"runs:/{res['mlflow_run_id']}/policy"
+    assert linked.info.run_name == f"eval-arithmetic-{res['run_name']}"
