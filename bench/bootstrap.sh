@@ -75,7 +75,7 @@ if [ "$(cat "$_cb_stamp" 2>/dev/null)" != "$_cb_want" ]; then
   esac
   echo "$_cb_want" > "$_cb_stamp"
 fi
-# The code sandbox runs programs under bubblewrap (tasks/sandbox_bwrap.py); install it where we can.
+# The code sandbox runs programs under bubblewrap (tasks/sandbox/bwrap.py); install it where we can.
 if ! command -v bwrap >/dev/null 2>&1 && [ -z "${CREDITBENCH_BWRAP:-}" ]; then
   _cb_sudo="none"
   if [ "$(id -u)" = 0 ]; then _cb_sudo=""; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then _cb_sudo="sudo -n"; fi

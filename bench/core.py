@@ -165,7 +165,7 @@ def code_execution_refused(task: str) -> str:
         f"task {task!r} runs model-written code; it only does so when you opt in with --allow_code_execution "
         f"(creditbench eval), allow_code_execution: true (run config) or {CODE_EXECUTION_ENV}=1. "
         "Programs run under bubblewrap and are graded outside their own process "
-        "(tasks/sandbox.py states the threat model)"
+        "(tasks/sandbox/__init__.py states the threat model)"
     )
 
 

@@ -4,7 +4,7 @@ A problem chains ``num_operands`` integers in [low, high] with + and - (uniforml
 rejecting problems whose running result goes negative, e.g. ``63-11+48``. The reference solution
 is a short scratchpad ending in the boxed answer, ``63-11=52,52+48=100,\\boxed{100}``, which the
 supervised warm-start imitates. The eval split is ``eval_size`` distinct problems drawn with
-``seed``; the train split never contains them. Grading is math-verify's (tasks.math_grader), the
+``seed``; the train split never contains them. Grading is math-verify's (tasks.grading.math_grader), the
 same verifier that grades GSM8K and MATH. The scratchpad is deterministic, so a wrong answer's
 blame (``Outcome.blame``) is where its completion first departs from the reference solution
 (with the compact template, whose completions imitate it; none with the free-form instruct one).
@@ -20,7 +20,7 @@ from typing import Any
 from bench.core import Outcome, Task, TaskConfig, check
 from bench.errors import CreditBenchError
 from bench.registry import TASKS
-from tasks.math_grader import MathGrader
+from tasks.grading.math_grader import MathGrader
 from tasks.prompts import chat_prompt
 from tasks.synthetic import first_departure
 

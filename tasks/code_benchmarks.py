@@ -93,7 +93,7 @@ def cut_at_stop(text: str, stops: tuple[str, ...] = STOP_SEQUENCES) -> str:
 
 class CodeBenchmark(Task):
     Config = CodeTaskConfig
-    VERSION = "2"  # 2: the verdict is computed outside the program's process (tasks/sandbox.py)
+    VERSION = "2"  # 2: the verdict is computed outside the program's process (tasks/sandbox/__init__.py)
     executes_code = True
     sources: ClassVar[dict[str, Source]] = {}
     fields: ClassVar[tuple[tuple[str, ...], ...]] = ()

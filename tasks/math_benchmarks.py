@@ -45,7 +45,7 @@ from bench.core import Outcome, Task, TaskConfig, check
 from bench.errors import CreditBenchError
 from bench.registry import TASKS
 from tasks.data import Source, data_dir, first, load_rows, require, to_dataset
-from tasks.math_grader import MathGrader
+from tasks.grading.math_grader import MathGrader
 from tasks.prompts import chat_prompt
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

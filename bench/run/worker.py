@@ -123,14 +123,14 @@ def train(config: str | Path) -> int:
     run and closing line; its exit status (2 for a bad configuration or a refused run)."""
     from bench.errors import CreditBenchError
     from bench.run.args import run_config
-    from bench.run.resolve import resolve
+    from bench.run.resolve import preflight
     from bench.run.sweep import result_writer
     from bench.run.train import run, summary_line
 
     try:
         cfg = run_config(["--config", str(config), "--no_progress"])
-        resolve(cfg)
-        print(summary_line(run(cfg, progress=False, on_result=result_writer(cfg))))
+        checked = preflight(cfg)  # once: the run reuses it
+        print(summary_line(run(cfg, progress=False, checked=checked, on_result=result_writer(cfg))))
     except CreditBenchError as e:
         print(f"creditbench: error: {e}", file=sys.stderr)
         return 2

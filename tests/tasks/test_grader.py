@@ -7,9 +7,9 @@ import time
 import pytest
 
 from bench.errors import CreditBenchError
-from tasks import math_pool
-from tasks.math_grader import MathGrader, grade_one, shutdown_pools
-from tasks.math_verdict import MAX_CHARS
+from tasks.grading import math_pool
+from tasks.grading.math_grader import MathGrader, grade_one, shutdown_pools
+from tasks.grading.math_verdict import MAX_CHARS
 
 
 @pytest.fixture(scope="module")

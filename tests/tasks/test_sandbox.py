@@ -310,7 +310,7 @@ def test_isolation_report():
 
 
 def test_without_bubblewrap_the_sandbox_refuses_in_one_line(monkeypatch):
-    from tasks import sandbox_bwrap
+    from tasks.sandbox import bwrap as sandbox_bwrap
 
     for path, message in (("/nonexistent/bwrap", "not installed"), ("/bin/false", "cannot make the sandbox")):
         monkeypatch.setenv("CREDITBENCH_BWRAP", path)

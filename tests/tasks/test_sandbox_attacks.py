@@ -20,7 +20,7 @@ from shared_data import DATA
 
 import tasks
 from bench.registry import TASKS
-from tasks import sandbox_bwrap
+from tasks.sandbox import bwrap as sandbox_bwrap
 
 pytestmark = pytest.mark.usefixtures("machine_left_as_it_was")
 

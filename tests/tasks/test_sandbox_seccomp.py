@@ -16,8 +16,8 @@ import textwrap
 import pytest
 
 from bench.errors import CreditBenchError
-from tasks import sandbox_bwrap
-from tasks import sandbox_seccomp as sc
+from tasks.sandbox import bwrap as sandbox_bwrap
+from tasks.sandbox import seccomp as sc
 
 BWRAP = "/usr/bin/bwrap"
 needs_bwrap = pytest.mark.skipif(not os.path.exists(BWRAP), reason=f"{BWRAP} is not installed")

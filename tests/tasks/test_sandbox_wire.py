@@ -1,4 +1,4 @@
-"""tasks.sandbox_wire: plain data round-trips by value, other values become opaque markers that equal nothing,
+"""tasks.sandbox.wire: plain data round-trips by value, other values become opaque markers that equal nothing,
 and decode turns every malformed or hostile frame into a WireError, building nothing but plain types."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import typing
 
 import pytest
 
-from tasks import sandbox_wire as wire
-from tasks.sandbox_wire import MAX_DEPTH, MAX_FRAME, MAX_ITEMS, Opaque, WireError
+from tasks.sandbox import wire
+from tasks.sandbox.wire import MAX_DEPTH, MAX_FRAME, MAX_ITEMS, Opaque, WireError
 
 L = struct.Struct(">I").pack
 LIST_ITERATOR = type(iter([]))

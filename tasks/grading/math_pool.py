@@ -1,7 +1,7 @@
 """Where the math grader's verdicts are computed: shared pools of killable worker processes.
 
 Long-lived worker processes started with multiprocessing's "spawn" context (safe from a
-multi-threaded parent with torch or CUDA loaded). A worker runs ``tasks/math_verdict.py``
+multi-threaded parent with torch or CUDA loaded). A worker runs ``tasks/grading/math_verdict.py``
 standalone, without the ``tasks`` package or torch, so it starts in about a second; it grades in
 its own main thread, where the signal timeouts work, under an address-space cap of
 ``WORKER_MEMORY_LIMIT`` (a runaway allocation becomes a MemoryError, graded wrong).
@@ -33,8 +33,8 @@ import time
 from collections import deque
 from multiprocessing.connection import wait
 
-from tasks import math_verdict
-from tasks.math_verdict import WORKER_RUN_NAME, wrong
+from tasks.grading import math_verdict
+from tasks.grading.math_verdict import WORKER_RUN_NAME, wrong
 
 WORKER_START_TIMEOUT = 120.0  # seconds a new worker may take to import math-verify and report
 

@@ -1,7 +1,7 @@
 """The only thing that crosses between a sandboxed program and its grader: plain data, framed.
 
 Both sides of :mod:`tasks.sandbox` load this file (stdlib only; it is also importable as
-``tasks.sandbox_wire``). The program's side encodes return values and decodes arguments; the
+``tasks.sandbox.wire``). The program's side encodes return values and decodes arguments; the
 grader's side encodes arguments and decodes return values. The grader never trusts what it
 receives: :func:`decode` builds nothing but ``None``, ``bool``, ``int``, ``float``, ``complex``,
 ``str``, ``bytes``, ``bytearray``, ``list``, ``tuple``, ``dict``, ``set``, ``frozenset`` and,

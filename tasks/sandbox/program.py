@@ -1,7 +1,7 @@
 """The untrusted side of :mod:`tasks.sandbox`: run the program, then serve calls of its functions.
 
 Started inside bubblewrap (``python -I -S -B -c "...; sandbox_program.main()" CPU_S MEMORY_MB NPROC
-FSIZE_MB CHANNEL_FD``, see :func:`tasks.sandbox_bwrap.command`) with the program on stdin; the
+FSIZE_MB CHANNEL_FD``, see :func:`tasks.sandbox.bwrap.command`) with the program on stdin; the
 channel to the grader becomes fd 3. Everything in this process is
 the program's to change once it runs, this file included: nothing here is trusted, which is why
 the grader (another process, in another sandbox) decides the verdict from the plain data it gets.

@@ -12,9 +12,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from tasks import sandbox_bwrap, sandbox_seccomp
+from tasks.sandbox import bwrap as sandbox_bwrap
+from tasks.sandbox import seccomp as sandbox_seccomp
 
-PROJECT = str(Path(__file__).resolve().parent.parent)
+PROJECT = str(Path(__file__).resolve().parents[2])  # the checkout (tasks/sandbox/probe.py)
 CPU_S = 7  # an unusual value, so the probe can tell its limit from a default
 
 PROBE = r"""

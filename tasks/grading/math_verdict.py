@@ -1,6 +1,6 @@
 """One verdict: the input guards, then math-verify under signal timeouts, in this process.
 
-:mod:`tasks.math_grader` says what the verdicts mean and :mod:`tasks.math_pool` where they are
+:mod:`tasks.grading.math_grader` says what the verdicts mean and :mod:`tasks.grading.math_pool` where they are
 computed. A verdict is a plain tuple, ``(reward, correct, parsed, correct_flexible, error)`` (the
 fields of ``Outcome``), because a pool worker runs this file standalone (``runpy``, under the
 name ``WORKER_RUN_NAME``): without the ``tasks`` package, bench or torch, so it starts in about a

@@ -17,7 +17,7 @@ bubblewrap (``bwrap``) sandbox of its own:
   permissions apply; run by another user, bubblewrap maps that user into a user namespace in
   which no further user namespaces may be made. Either way no_new_privs is set (no setuid
   binaries) and the environment is four variables.
-- **system calls**: a seccomp filter (:mod:`tasks.sandbox_seccomp`) refuses ptrace, mounts,
+- **system calls**: a seccomp filter (:mod:`tasks.sandbox.seccomp`) refuses ptrace, mounts,
   namespaces, kernel keyrings, BPF, io_uring and other kernel surface a program has no use for,
   and sockets other than AF_UNIX.
 """
@@ -38,7 +38,11 @@ from pathlib import Path
 from bench.errors import CreditBenchError
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("sandbox_wire.py", "sandbox_child.py", "sandbox_program.py", "sandbox_grader.py")
+SOURCES = {"sandbox_wire.py": "wire.py", "sandbox_child.py": "child.py"}
+SOURCES |= {"sandbox_program.py": "program.py", "sandbox_grader.py": "grader.py"}
+"""The scripts that run inside a sandbox, by the name they have there (a program's own modules cannot
+shadow them) -> their file here."""
+SCRIPTS = tuple(SOURCES)
 INSIDE = "/creditbench"  # where the scripts appear in the sandbox
 LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 OPTIONAL_FILES = ("/etc/ld.so.cache", "/etc/localtime")
@@ -105,7 +109,7 @@ def compiled_scripts() -> Path:
     scripts' content and the interpreter. Made once, atomically."""
     digest = hashlib.sha256(sys.version.encode())
     for name in SCRIPTS:
-        digest.update((HERE / name).read_bytes())
+        digest.update((HERE / SOURCES[name]).read_bytes())
     name = f"sandbox-{digest.hexdigest()[:16]}"
     homes = [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "creditbench"]
     homes.append(Path(tempfile.gettempdir()) / f"creditbench-{os.getuid()}")  # a read-only home
@@ -132,7 +136,7 @@ def _compile_into(cache: Path, name: str) -> Path:
     target = cache / name
     staging = Path(tempfile.mkdtemp(prefix=".sandbox-", dir=cache))
     for script in SCRIPTS:
-        shutil.copyfile(HERE / script, staging / script)
+        shutil.copyfile(HERE / SOURCES[script], staging / script)
         py_compile.compile(
             str(staging / script),
             cfile=importlib.util.cache_from_source(str(staging / script)),

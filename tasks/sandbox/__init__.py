@@ -9,16 +9,16 @@ executes it and then serves calls of its functions. The tests run in another
 (``sandbox_grader.py``), the *grader*, where every name they take from the program is a proxy:
 a call sends its arguments over a socket, the program's process runs the function, and the
 result comes back as plain data (None, bool, int, float, complex, str, bytes, and lists,
-tuples, dicts, sets of those; capped in size and depth), decoded by :mod:`tasks.sandbox_wire`
+tuples, dicts, sets of those; capped in size and depth), decoded by :mod:`tasks.sandbox.wire`
 into the grader's own objects. So the values the tests compare, the comparison functions, the
 builtins, the modules and the test code itself all live where the program cannot reach them;
 the program's prints and exit status are not part of the verdict. The verdict travels on a
 pipe from the grader to this process, which the program's process never holds.
 
-**Containment by the kernel** (:mod:`tasks.sandbox_bwrap`): each process runs under bubblewrap
+**Containment by the kernel** (:mod:`tasks.sandbox.bwrap`): each process runs under bubblewrap
 with a read-only view of only the system and Python files, a private size-capped tmpfs, its own
 PID, network, IPC and UTS namespaces, uid ``nobody`` (or a user namespace when not root),
-no_new_privs, a seccomp filter (:mod:`tasks.sandbox_seccomp`) and rlimits on CPU time, address
+no_new_privs, a seccomp filter (:mod:`tasks.sandbox.seccomp`) and rlimits on CPU time, address
 space, file size, processes and open files. A run ends with SIGKILL to both sandboxes; the PID
 namespace takes every process of the program with it. Without bubblewrap the sandbox refuses to
 run (one line saying how to install it); it never falls back to less isolation.
@@ -51,8 +51,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from bench.core import check
-from tasks import sandbox_bwrap, sandbox_probe, sandbox_seccomp
-from tasks.sandbox_server import GraderServer
+from tasks.sandbox import bwrap as sandbox_bwrap
+from tasks.sandbox import probe as sandbox_probe
+from tasks.sandbox import seccomp as sandbox_seccomp
+from tasks.sandbox.server import GraderServer
 
 STATUSES = ("passed", "failed", "timeout", "output_limit", "exited", "killed", "error")
 MAX_DETAIL = 300

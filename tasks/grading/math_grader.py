@@ -30,15 +30,15 @@ Where grading runs, and how timeouts work
     - ``MathGrader(workers=None)`` (the default, "auto") grades in a shared pool of
       ``min(2, os.cpu_count())`` worker processes; ``workers=N > 0`` in a pool of ``N``. Both
       limits apply there: the signal timeouts per step inside the worker, and a hard deadline
-      per item enforced by the parent, which kills the worker (see :mod:`tasks.math_pool`). Any
+      per item enforced by the parent, which kills the worker (see :mod:`tasks.grading.math_pool`). Any
       thread may call.
     - ``MathGrader(workers=0)`` grades inline in the calling thread when that is the main thread:
       fastest (no process hop), signal timeouts only, so it cannot stop a C-level hang and has no
       memory cap. Called from any other thread it uses the shared one-worker pool.
 
 Where the parts live
-    :mod:`tasks.math_verdict` grades one item (the cheap input guards, then math-verify) and is
-    what a pool worker runs; :mod:`tasks.math_pool` holds the shared worker pools, their hard
+    :mod:`tasks.grading.math_verdict` grades one item (the cheap input guards, then math-verify) and is
+    what a pool worker runs; :mod:`tasks.grading.math_pool` holds the shared worker pools, their hard
     deadlines and how a lost worker is replaced; this module decides where each call grades.
 
 ``Outcome.error`` (None whenever a verdict was reached, right or wrong)
@@ -52,8 +52,8 @@ import os
 import threading
 
 from bench.core import Outcome, check
-from tasks.math_pool import shared_pool, shutdown_pools
-from tasks.math_verdict import grade, screened_pair, wrong
+from tasks.grading.math_pool import shared_pool, shutdown_pools
+from tasks.grading.math_verdict import grade, screened_pair, wrong
 
 __all__ = ["MathGrader", "grade_one", "shutdown_pools"]
 

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import threading
 
-from tasks import sandbox_bwrap
+from tasks.sandbox import bwrap as sandbox_bwrap
 
 
 class _Starter:
