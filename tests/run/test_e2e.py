@@ -15,6 +15,7 @@ from bench.config import (
     TrackingConfig,
     WarmStartConfig,
 )
+from bench.run.sweep import result_writer
 from bench.run.train import run
 
 
@@ -49,12 +50,14 @@ def config(store, **kw) -> RunConfig:
 
 @pytest.fixture(scope="module")
 def result(store):
-    return run(config(store), progress=False)
+    cfg = config(store)
+    return run(cfg, progress=False, on_result=result_writer(cfg))  # as a sweep's run: its result in runs/
 
 
 @pytest.fixture(scope="module")
 def more_seeds(store, result):
-    return [run(config(store, seed=seed), progress=False) for seed in (1, 2)]
+    cfgs = [config(store, seed=seed) for seed in (1, 2)]
+    return [run(cfg, progress=False, on_result=result_writer(cfg)) for cfg in cfgs]
 
 
 def test_grpo_run_learns(result, more_seeds):

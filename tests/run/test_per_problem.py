@@ -18,6 +18,7 @@ from bench.config import (
     TrackingConfig,
 )
 from bench.run.result import RunResult
+from bench.run.sweep import result_writer
 from bench.run.train import run
 from tests.engine.test_blame import NoCapitals  # noqa: F401  (registers the task "no-capitals")
 
@@ -37,7 +38,7 @@ def finished(policy_dir, tmp_path_factory):
             uri=f"sqlite:///{root / 'mlflow.db'}", cache_dir=str(root / "cache"), sweep="pp", results_dir=str(root)
         ),
     )
-    result = run(cfg, progress=False)
+    result = run(cfg, progress=False, on_result=result_writer(cfg))
     return result, cfg, RunResult.load(root / "pp" / "runs" / f"{result['run_name']}.json")
 
 
