@@ -14,7 +14,7 @@ The word after ``results:`` names the source, relative to results/:
 - ``SWEEP/run``: one sentence on how the sweep ran: runs, budget, wall time and machine
   (``results/SWEEP/run_all.json``, written by run_all.sh) and the summed run time (report.json).
 - ``papers/NAME/analogue``: the paper's table beside its embedded analogue's measured values
-  (bench/report/paper_analogue.py, from the analogue sweep's report.json).
+  (bench/report/papers/analogue.py, from the analogue sweep's report.json).
 - ``PATH.md`` or ``PATH.md#N``: every Markdown table of ``results/PATH.md`` (a benchmark's output,
   e.g. ``benchmarks/rl_step.md``), or only its N-th (from 1), copied verbatim.
 
@@ -168,8 +168,8 @@ def markdown_tables(results: Path, name: str) -> tuple[str, str]:
 
 
 def paper_analogue(results: Path, name: str) -> tuple[str, str]:
-    from bench.report.paper_analogue import render_analogue
-    from bench.report.paper_data import load_paper, load_report, sweep_name
+    from bench.report.papers.analogue import render_analogue
+    from bench.report.papers.data import load_paper, load_report, sweep_name
 
     paper = load_paper(name)
     if paper.analogue is None:

@@ -116,7 +116,7 @@ def mde(
     finds with probability ``power``, (t_{1-alpha/(2m), df} + t_{power, df}) * SE, where SE is that of
     the difference over ``n_seeds`` seeds: sigma * sqrt(2/n_seeds) for two means of runs of sd ``sigma``
     (bench.report.inference), sigma / sqrt(n_seeds) for a mean of ``paired`` differences of sd ``sigma``
-    (df n_seeds - 1; bench.report.paper_analogue)."""
+    (df n_seeds - 1; bench.report.papers.analogue)."""
     from scipy import stats
 
     a = alpha / max(m, 1)

@@ -172,8 +172,8 @@ def test_the_credit_map_outlines_the_blame_token(tmp_path, monkeypatch):
     """The blame token's box (and only it) is drawn with the red outline, in every method's row."""
     from matplotlib.patches import Rectangle
 
-    from bench.report.plot_common import LineStyle
-    from bench.report.plot_credit import BLAME_COLOR, plot_credit_map
+    from bench.report.plots.common import LineStyle
+    from bench.report.plots.credit import BLAME_COLOR, plot_credit_map
 
     cm = {"prompt": "12+34", "completion_tokens": list("46,\\boxed{46}"), "reward": 0.0, "blame": 1}
     cm["methods"] = {"grpo": [0.5] * 13, "other": [float(i) for i in range(13)]}

@@ -1,4 +1,4 @@
-"""The embedded analogue of a paper's table (bench/report/paper_analogue.py): the paper's
+"""The embedded analogue of a paper's table (bench/report/papers/analogue.py): the paper's
 configurations measured at a scale the suite runs anywhere, set beside the paper's values."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from bench.report import paper_data, papers
+from bench.report import papers
+from bench.report.papers import data as paper_data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,7 @@ def test_the_analogue_table_sets_measured_beside_paper_values():
     0.994, clipped to [0, 1]. The MDD of greedy: the one paired difference arca-r4 - uniform-r64 =
     [0.02, 0.0, 0.01], SD 0.01, Bonferroni alpha 0.05 / 6 (seven configurations):
     (t_{1-0.05/12, 2} + t_{0.8, 2}) * 0.01 / sqrt(3)."""
-    from bench.report.paper_analogue import render_analogue
+    from bench.report.papers.analogue import render_analogue
 
     paper = paper_data.load_paper("arca")
     report = {

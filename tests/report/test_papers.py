@@ -1,4 +1,4 @@
-"""Paper tables (bench/report/papers.py, bench/report/paper_data.py) and the shipped paper files in
+"""Paper tables (bench/report/papers/__init__.py, bench/report/papers/data.py) and the shipped paper files in
 results/papers."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from scipy import stats
 
 from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
-from bench.report import paper_data, papers
+from bench.report import papers
+from bench.report.papers import data as paper_data
 
 REPO = Path(__file__).resolve().parents[2]
 PAPERS = ("arca", "grpo_lambda", "ibpo", "selective_traces")

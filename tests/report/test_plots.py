@@ -8,8 +8,8 @@ import math
 import pytest
 from PIL import Image
 
-from bench.report.plot_common import method_colors
 from bench.report.plots import main, write_plots
+from bench.report.plots.common import method_colors
 
 MODELS = {"tiny-2m": 1_987_520, "tiny-500k": 529_856}  # listed out of size order on purpose
 METHODS = {"grpo": 0.00, "arca": 0.04, "grpo-lora16": -0.03}

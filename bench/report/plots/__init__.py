@@ -16,8 +16,8 @@ one row per method, each token coloured by that method's credit divided by its l
 
 A method label keeps its colour in every figure; values that are missing or not finite are left
 out of the plot they belong to. Text from the report is drawn literally (no mathtext).
-The figures are drawn in :mod:`bench.report.plot_curves` and :mod:`bench.report.plot_credit`,
-with what they share in :mod:`bench.report.plot_common`.
+The figures are drawn in :mod:`bench.report.plots.curves` and :mod:`bench.report.plots.credit`,
+with what they share in :mod:`bench.report.plots.common`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.report.plot_common import LineStyle
-from bench.report.plot_credit import plot_credit_map
-from bench.report.plot_curves import plot_curves, plot_final_vs_size, plot_pass_at_k
+from bench.report.plots.common import LineStyle
+from bench.report.plots.credit import plot_credit_map
+from bench.report.plots.curves import plot_curves, plot_final_vs_size, plot_pass_at_k
 
 
 def _safe(name: str) -> str:
@@ -76,6 +76,3 @@ def main(argv: list[str] | None = None) -> None:
     for path in write_plots(report, a.out_dir):
         print(path)
 
-
-if __name__ == "__main__":
-    main()

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from bench.report.plot_common import STYLE, LineStyle, finite, mpl, num, save
+from bench.report.plots.common import STYLE, LineStyle, finite, mpl, num, save
 
 MAX_TOKENS = 96
 """Tokens shown in a credit map; longer completions are cut and end with '…'."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench.report.paper_data import UNITS, Paper, PaperResult
+from bench.report.papers.data import UNITS, Paper, PaperResult
 from bench.report.stats import mde
 
 NAMES = {
@@ -125,7 +125,7 @@ def render_analogue(paper: Paper, report: dict | None, sweep: str) -> str:
 
 def analogue_section(paper: Paper, results_dir: Any) -> str:
     """The analogue table of ``paper`` from results/<analogue sweep>/report.json, or '' without one."""
-    from bench.report.paper_data import load_report, sweep_name
+    from bench.report.papers.data import load_report, sweep_name
 
     if paper.analogue is None:
         return ""

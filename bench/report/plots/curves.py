@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.report.plot_common import STYLE, LineStyle, finite, mpl, num, save
+from bench.report.plots.common import STYLE, LineStyle, finite, mpl, num, save
 
 
 def _stat(metrics: dict, key: str) -> tuple[float, float, float]:

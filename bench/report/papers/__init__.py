@@ -8,7 +8,7 @@ setting). ``creditbench table --paper NAME`` prints one Markdown row per paper r
     creditbench table --paper grpo_lambda --sweep my-rerun --sweep paper-grpo_lambda
     python -m bench.report.papers --paper arca
 
-The paper files and their format: bench/report/paper_data.py.
+The paper files and their format: bench/report/papers/data.py.
 
 Measured values come from ``results/<sweep>/report.json`` (bench/report/summary.py): the mean and 95%
 t-interval over seeds of the row with the same method, model and eval task. For a delta, the
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import CreditBenchError
-from bench.report.paper_data import (
+from bench.report.papers.data import (
     AVERAGE,
     SETTING_KEYS,
     STATUSES,
@@ -281,7 +281,7 @@ def table(
     papers_dir: Path | str | None = None,
 ) -> str:
     """Load the paper and the sweeps' reports (default: the paper's own sweep) and render the table."""
-    from bench.report.paper_analogue import analogue_section
+    from bench.report.papers.analogue import analogue_section
 
     paper = load_paper(paper_name, papers_dir)
     names = list(sweeps) if sweeps else [sweep_name(paper)]
@@ -326,6 +326,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

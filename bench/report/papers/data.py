@@ -1,5 +1,5 @@
 """The paper files: what a seed paper states, ``results/papers/<name>.yaml``, loaded and checked
-(bench/report/papers.py puts its numbers beside the measured ones).
+(bench/report/papers/__init__.py puts its numbers beside the measured ones).
 
 A paper YAML has four parts:
 
@@ -19,7 +19,7 @@ A paper YAML has four parts:
 - ``sweep``: the file name of the sweep spec beside it;
 - ``analogue`` (optional): the file name of a sweep spec beside it that runs the same
   configurations (``label``) at a scale this suite can run anywhere; the table sets its measured
-  values beside the paper's, whatever its model and task (bench/report/paper_analogue.py).
+  values beside the paper's, whatever its model and task (bench/report/papers/analogue.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import yaml
 
 from bench.errors import CreditBenchError, did_you_mean
 
-PAPERS_DIR = Path(__file__).resolve().parents[2] / "results" / "papers"
+PAPERS_DIR = Path(__file__).resolve().parents[3] / "results" / "papers"
 """Where the shipped paper YAMLs live (results/papers of the repository)."""
 
 SWEEP_SUFFIX = ".sweep.yaml"

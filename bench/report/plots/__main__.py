@@ -1,0 +1,5 @@
+"""``python -m bench.report.plots``."""
+
+from bench.report.plots import main
+
+main()
