@@ -46,10 +46,20 @@ from bench.engine.sampling import RolloutSampler, reward_stats, train_rollouts
 from bench.engine.sharding import ShardPlan
 from bench.engine.step import SkippedUpdates
 
-TRAIN_SUMMARY = ("train/reward", "credit/gini", "credit/effective_token_ratio")
+TRAIN_SUMMARY = (
+    "train/reward",
+    "credit/gini",
+    "credit/effective_token_ratio",
+    "credit/nonzero_frac",
+    "credit/mass_early",
+    "credit/mass_middle",
+    "credit/mass_late",
+)
 """Training statistics a run's result keeps as means over its RL steps (``RunResult.train``) for
-every method: the average train reward and the concentration of the credit. A method adds its own
-(``Method.summary``, e.g. ARCA's weight concentration)."""
+every method: the average train reward and where the credit went (its concentration, the share of
+tokens it reaches, its mass by third of the completion). A method adds its own (``Method.summary``,
+e.g. ARCA's weight concentration). Besides, the result keeps the largest gradient norm
+(``train_grad_norm_max``) and the updates skipped as non-finite (``train_skipped_updates``)."""
 
 
 class RLVRModule(L.LightningModule):
@@ -86,6 +96,7 @@ class RLVRModule(L.LightningModule):
         self.skips = SkippedUpdates(rl.max_skipped_updates)
         self.eval_history: list[dict[str, Any]] = []
         self.train_sums: dict[str, list[float]] = {}  # TRAIN_SUMMARY key -> [sum, count] over RL steps
+        self.grad_norm_max = -math.inf  # the largest finite gradient norm of the run's updates
         self._probe: tuple[RolloutBatch, int] | None = None
         self._blame_probe: BlameProbe | None = None
         self._seed: int | None = None  # the run's seed, read at the first setup (see setup)
@@ -214,6 +225,8 @@ class RLVRModule(L.LightningModule):
             if stats.get(k) is not None and math.isfinite(stats[k]):
                 acc = self.train_sums.setdefault(k, [0.0, 0])
                 acc[0], acc[1] = acc[0] + stats[k], acc[1] + 1
+        if math.isfinite(stats.get("train/grad_norm", math.nan)):
+            self.grad_norm_max = max(self.grad_norm_max, stats["train/grad_norm"])
         self.log("reward", stats["train/reward"], prog_bar=True, logger=False, batch_size=batch.size)
         if self.budget_spent or self.rl_step >= rl.steps:
             self.trainer.should_stop = True
@@ -314,8 +327,12 @@ class RLVRModule(L.LightningModule):
         )
 
     def train_summary(self) -> dict[str, float]:
-        """Means over the run's RL steps of the TRAIN_SUMMARY statistics and the method's summary ones."""
-        return {k.replace("/", "_"): s / n for k, (s, n) in self.train_sums.items() if n}
+        """Means over the run's RL steps of the TRAIN_SUMMARY statistics and the method's summary ones,
+        the largest gradient norm and the count of skipped updates."""
+        out = {k.replace("/", "_"): s / n for k, (s, n) in self.train_sums.items() if n}
+        if math.isfinite(self.grad_norm_max):
+            out["train_grad_norm_max"] = self.grad_norm_max
+        return out | {"train_skipped_updates": float(self.skipped_updates)}
 
     def credit_probe(self) -> dict[str, Any] | None:
         """This method's effective credit on the probe group under the current policy, or None without
@@ -350,6 +367,7 @@ class RLVRModule(L.LightningModule):
             "tokens": self.tokens,
             "eval_history": self.eval_history,
             "train_sums": self.train_sums,
+            "grad_norm_max": self.grad_norm_max,
             "skipped_updates": self.skipped_updates,
             "probe": probe_state(self._probe),
             "blame_probe": blame_probe_state(self._blame_probe),
@@ -363,6 +381,7 @@ class RLVRModule(L.LightningModule):
         self.rl_step, self.sampler.samples, self.sampler.tokens = c["rl_step"], c["samples"], c["tokens"]
         self.eval_history, self.skips.count = c["eval_history"], c["skipped_updates"]
         self.train_sums = c.get("train_sums", {})
+        self.grad_norm_max = c.get("grad_norm_max", -math.inf)
         self.resumed_from = self.last_checkpoint_step = self.rl_step
         self.wall_before = c["wall_s"]
         if c["probe"] is not None:

@@ -1,65 +1,55 @@
 """Per-method table of a sweep: pass@1 before and after, and where each method put its credit.
 
-    python -m bench.report.credit_maps --sweep methods [--uri sqlite:///mlflow.db] [--out results/methods/credit.md]
+    python -m bench.report.credit_maps --sweep methods [--results_dir results] [--out results/methods/credit.md]
 
-Reads the sweep's runs from MLflow (tag ``sweep``): the first and last ``eval/<task>/pass_at_1``,
-the mean over training steps of every ``credit/*`` diagnostic, the largest gradient norm, and the
-number of steps whose loss or gradient norm was not finite.
+Reads the sweep's run summaries (results/<sweep>/runs/*.json, as the report does), in the order of
+the spec the sweep ran: the first and last eval pass@1 of the training task, the means over the RL
+steps of the ``credit/*`` diagnostics (bench.engine.diagnostics; ``RunResult.train``), the largest
+gradient norm and the number of updates skipped for a non-finite loss or gradient.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 from pathlib import Path
 
+from bench.run.result import RunResult
+
 COLUMNS = [
-    "credit/gini",
-    "credit/effective_token_ratio",
-    "credit/nonzero_frac",
-    "credit/mass_early",
-    "credit/mass_middle",
-    "credit/mass_late",
+    "credit_gini",
+    "credit_effective_token_ratio",
+    "credit_nonzero_frac",
+    "credit_mass_early",
+    "credit_mass_middle",
+    "credit_mass_late",
 ]
+"""The credit diagnostics of the table: their keys in ``RunResult.train``."""
 
 
-def rows(uri: str, sweep: str, experiment: str = "creditbench") -> list[dict]:
-    import mlflow
+def rows(results_dir: str | Path, sweep: str) -> list[dict]:
+    """One row per finished run of the sweep (those of the spec it ran, in its order, where the
+    sweep's folder keeps a copy of the spec)."""
+    from bench.report.summary import load_runs
 
-    client = mlflow.MlflowClient(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return []
-    out = []
-    for run in client.search_runs([exp.experiment_id], f"tags.sweep = '{sweep}'", order_by=["attributes.start_time"]):
-        if run.info.status != "FINISHED":
-            continue
-        rid, tags = run.info.run_id, run.data.tags
-        task = tags.get("task", "")
-        evals = client.get_metric_history(rid, f"eval/{task}/pass_at_1")
-        evals.sort(key=lambda m: m.step)
-        if not evals:  # the sweep's parent run (no task of its own)
-            continue
-        row = {
-            "run": tags.get("mlflow.runName", rid),
-            "method": tags.get("method"),
-            "lora": tags.get("lora_rank", "0"),
-            "base": evals[0].value,
-            "final": evals[-1].value,
-            "samples": run.data.metrics.get("train/samples"),
-        }
-        for key in COLUMNS:
-            hist = [m.value for m in client.get_metric_history(rid, key)]
-            row[key] = abs(sum(hist) / len(hist)) if hist else float("nan")  # all >= 0; abs drops a rounding -0
-        losses = client.get_metric_history(rid, "loss/total")
-        norms = client.get_metric_history(rid, "train/grad_norm")
-        steps = {m.step for m in losses}
-        finite = {m.step for m in losses if math.isfinite(m.value)} & {m.step for m in norms if math.isfinite(m.value)}
-        row["steps"], row["nonfinite"] = len(steps), len(steps - finite)
-        row["max_grad_norm"] = max((m.value for m in norms), default=float("nan"))
-        out = [r for r in out if r["run"] != row["run"]] + [row]  # a rerun replaces the earlier run
-    return out
+    runs = load_runs(str(results_dir), sweep)
+    spec = Path(results_dir) / sweep / "sweep.yaml"
+    if spec.is_file():
+        from bench.run.sweep import load_spec
+
+        order = {r.key: i for i, r in enumerate(load_spec(spec).runs)}
+        runs = sorted((r for r in runs if r.run_name in order), key=lambda r: order[r.run_name]) or runs
+    return [_row(r) for r in runs]
+
+
+def _row(r: RunResult) -> dict:
+    history = [e.eval[r.task]["pass_at_1"] for e in r.history if r.task in e.eval]
+    row = {"run": r.run_name, "method": r.method, "lora": r.lora_rank, "samples": r.samples, "steps": r.steps}
+    row |= {"base": history[0], "final": history[-1]}
+    row["nonfinite"] = int(r.train.get("train_skipped_updates", 0))
+    row["max_grad_norm"] = r.train.get("train_grad_norm_max", math.nan)
+    for key in COLUMNS:  # every one >= 0; abs drops a rounding -0
+        row[key] = abs(r.train[key]) if key in r.train else math.nan
+    return row
 
 
 def table(rs: list[dict]) -> str:
@@ -71,28 +61,36 @@ def table(rs: list[dict]) -> str:
     for r in rs:
         lines.append(
             f"| {r['run']} | {r['method']} | {r['lora']} | {r['base']:.3f} -> {r['final']:.3f} | {r['samples']:.0f} | "
-            f"{r['steps']} ({r['nonfinite']}) | {r['max_grad_norm']:.2f} | {r['credit/gini']:.3f} | "
-            f"{r['credit/effective_token_ratio']:.3f} | {r['credit/nonzero_frac']:.3f} | "
-            f"{r['credit/mass_early']:.2f} / {r['credit/mass_middle']:.2f} / {r['credit/mass_late']:.2f} |"
+            f"{r['steps']} ({r['nonfinite']}) | {r['max_grad_norm']:.2f} | {r['credit_gini']:.3f} | "
+            f"{r['credit_effective_token_ratio']:.3f} | {r['credit_nonzero_frac']:.3f} | "
+            f"{r['credit_mass_early']:.2f} / {r['credit_mass_middle']:.2f} / {r['credit_mass_late']:.2f} |"
         )
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    from bench.run.args import ArgumentParser
+
+    ap = ArgumentParser(prog="python -m bench.report.credit_maps", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", required=True)
-    ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
-    ap.add_argument("--out", default=None, help="default: results/<sweep>/credit.md")
-    a = ap.parse_args()
-    rs = rows(a.uri, a.sweep)
-    if not rs:
-        raise SystemExit(f"credit_report: error: no finished runs with tag sweep={a.sweep!r} in {a.uri}")
-    text = table(rs)
-    out = Path(a.out or f"results/{a.sweep}/credit.md")
+    ap.add_argument("--results_dir", default="results", help="where the sweeps' folders are (default: results)")
+    ap.add_argument("--out", default=None, help="default: <results_dir>/<sweep>/credit.md")
+    a = ap.parse_args(argv)
+    text = table(rows(a.results_dir, a.sweep))
+    out = Path(a.out or Path(a.results_dir) / a.sweep / "credit.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from bench.errors import CreditBenchError
+
+    try:
+        raise SystemExit(main())
+    except CreditBenchError as e:  # no finished runs, an unknown option: one line
+        print(f"python -m bench.report.credit_maps: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

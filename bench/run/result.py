@@ -74,8 +74,10 @@ class RunResult:
     """The method's credit on one fixed completion (bench.engine.diagnostics), or None."""
     train: dict[str, float] = field(default_factory=dict)
     """Means over the RL steps of the training statistics bench.engine.module.TRAIN_SUMMARY names
-    (train_reward, credit_gini, credit_effective_token_ratio) and those the method declares
-    (``Method.summary``: ARCA's train_weight_gini, train_weight_effective_n_ratio), "/" written "_"."""
+    (train_reward and the credit diagnostics credit_gini, credit_effective_token_ratio,
+    credit_nonzero_frac, credit_mass_early/middle/late) and those the method declares
+    (``Method.summary``: ARCA's train_weight_gini, train_weight_effective_n_ratio), "/" written "_";
+    and train_grad_norm_max (the largest gradient norm) and train_skipped_updates."""
     eval_n: int = 0
     """Samples per eval problem (0 in results without per-problem counts)."""
     problem_ids: dict[str, list[str]] = field(default_factory=dict)

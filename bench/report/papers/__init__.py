@@ -325,4 +325,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"creditbench: error: {e}", file=sys.stderr)
         return 2
     return 0
-

@@ -75,4 +75,3 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"plots: error: cannot read {a.report}: {e}") from None
     for path in write_plots(report, a.out_dir):
         print(path)
-
