@@ -156,14 +156,14 @@ class RLVRModule(L.LightningModule):
     def score_batch(self, batch: RolloutBatch, fused: bool | None = None) -> scoring.Scored:
         """:func:`bench.engine.scoring.score_batch` with this module's policies and method."""
         with self._whole(self.ref_policy):
-            return scoring.score_batch(self.policy, self.ref_policy, self.method, batch, self.rl, fused)
+            return scoring.score_batch(self.policy, self.ref_policy, self.method, batch, rl=self.rl, fused=fused)
 
     def update(self, batch: RolloutBatch, scored: scoring.Scored) -> dict[str, float]:
         """:func:`bench.engine.step.update` with this module's optimizer, schedule and backward."""
         opt = step.Optimization(
             self.optimizers(), self.lr_schedulers(), self.manual_backward, self.skips, no_sync=self.no_grad_sync
         )
-        return step.update(self.policy, self.method, batch, self.rl, opt, scored, step=self.rl_step + 1)
+        return step.update(self.policy, self.method, batch, self.rl, opt=opt, scored=scored, step=self.rl_step + 1)
 
     def no_grad_sync(self):
         """A context in which a backward accumulates gradients locally, without the strategy's

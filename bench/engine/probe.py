@@ -60,7 +60,7 @@ def effective_credit(
             torch.manual_seed(4321)
             batch = method.augment(batch, sampler)  # e.g. IBPO's repairs (not counted as training samples)
         sampler.samples, sampler.tokens = counters
-        score_batch(policy, ref_policy, method, batch, rl, fused=False)
+        score_batch(policy, ref_policy, method, batch, rl=rl, fused=False)
         credit = method.credit(batch)
         s = forward(policy, batch, rl, with_entropy=False)
         method.on_minibatch(batch)  # the probe group is one minibatch

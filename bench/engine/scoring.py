@@ -291,7 +291,7 @@ def reference(policy, ref_policy):
 
 @torch.no_grad()
 def score_batch(
-    policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLConfig, fused: bool | None = None
+    policy, ref_policy, method: Method, batch: RolloutBatch, *, rl: RLConfig, fused: bool | None = None
 ) -> Scored:
     """Fill what the method needs that the training forward cannot provide, for an update that is
     ``fused`` or not (by default :func:`is_fused` decides). When the method needs ``hidden_residual``

@@ -116,7 +116,7 @@ class Optimization:
 
 
 def update(
-    policy, method: Method, batch: RolloutBatch, rl: RLConfig, opt: Optimization, scored: Scored, *, step: int = 1
+    policy, method: Method, batch: RolloutBatch, rl: RLConfig, *, opt: Optimization, scored: Scored, step: int = 1
 ) -> dict[str, float]:
     """PPO epochs x minibatches of optimizer steps on ``batch`` (as :func:`score_batch` left it:
     ``scored``), this process's groups of RL step ``step``; the step's statistics.

@@ -2,8 +2,8 @@
 
     python -m bench.perf.fsdp [--out results/benchmarks/fsdp]
 
-The figures of tests/engine/test_fsdp.py, written down: bench/perf/fsdp_worker.py runs the module's real
-scoring and update of bench/perf/ddp_worker.py's fixed batch (5 groups of 4 completions; one process holds
+The figures of tests/engine/test_fsdp.py, written down: bench/perf/workers/fsdp.py runs the module's real
+scoring and update of bench/perf/workers/ddp.py's fixed batch (5 groups of 4 completions; one process holds
 2 groups of short completions, the other 3 of long ones) for each aggregation and a LoRA case, fused
 and in micro-batches of at most 40 tokens (3 on one process, 6 on the other); this script computes
 the same update in one process and reports, per case, the largest difference between the whole
@@ -38,7 +38,8 @@ def main() -> int:
     parser.add_argument("--out", default="results/benchmarks/fsdp")
     a = parser.parse_args()
     torch.set_num_threads(1)  # as each worker process computes
-    from bench.perf import ddp_worker, fsdp_worker
+    from bench.perf.workers import ddp as ddp_worker
+    from bench.perf.workers import fsdp as fsdp_worker
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fsdp.pt"
@@ -48,7 +49,7 @@ def main() -> int:
             env.pop(key, None)
         t = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, str(REPO / "bench" / "perf" / "fsdp_worker.py"), "update", str(out)],
+            [sys.executable, str(REPO / "bench" / "perf" / "workers" / "fsdp.py"), "update", str(out)],
             cwd=REPO,
             env=env,
             capture_output=True,

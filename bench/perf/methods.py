@@ -158,8 +158,8 @@ class Bench:
             t0 = time.perf_counter()
             with contextlib.suppress(NoGeneration):
                 b = method.augment(b, self.sampler)
-            scored = score_batch(self.policy, None, method, b, rl, fused=True)
-            update(self.policy, method, b, rl, Optimization(opt, sched), scored)
+            scored = score_batch(self.policy, None, method, b, rl=rl, fused=True)
+            update(self.policy, method, b, rl, opt=Optimization(opt, sched), scored=scored)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - t0

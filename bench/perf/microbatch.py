@@ -91,12 +91,14 @@ def one_update(model: str, case: str, groups: int, g: int, budget: int) -> tuple
         sampling=SamplingConfig(max_new_tokens=MAX_NEW),
     )
     batch = rollout_batch(tok, groups, g)
-    scored = score_batch(policy, None, method, batch, RLConfig(**{**rl.__dict__, "micro_batch_tokens": 0}), fused=False)
+    scored = score_batch(
+        policy, None, method, batch, rl=RLConfig(**{**rl.__dict__, "micro_batch_tokens": 0}), fused=False
+    )
     opt = Recorded([p for p in policy.parameters() if p.requires_grad])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     torch.manual_seed(7)
     t = time.perf_counter()
-    update(policy, method, batch, rl, Optimization(opt, sched), scored)
+    update(policy, method, batch, rl, opt=Optimization(opt, sched), scored=scored)
     return opt.grads, time.perf_counter() - t
 
 

@@ -1,5 +1,5 @@
 """Training in several processes: DDP on CPU (two processes on gloo, started by Lightning's own
-launcher through bench/perf/ddp_worker.py) against one process on the same global batch; the Lightning
+launcher through bench/perf/workers/ddp.py) against one process on the same global batch; the Lightning
 strategies make_strategy builds; activation checkpointing and bf16-mixed on CPU.
 
 The gradient test is the acceptance criterion of multi-process training: the two processes hold
@@ -19,11 +19,11 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "bench" / "perf" / "ddp_worker.py"
+WORKER = REPO / "bench" / "perf" / "workers" / "ddp.py"
 
 
 def _worker():
-    from bench.perf import ddp_worker
+    from bench.perf.workers import ddp as ddp_worker
 
     return ddp_worker
 

@@ -1,6 +1,6 @@
 """Training under FSDP2 (trainer.strategy fsdp: fully_shard per decoder layer through Lightning's
 ModelParallelStrategy) in two CPU processes on gloo, started by Lightning's launcher through
-bench/perf/fsdp_worker.py, against one process on the same global batch (bench/perf/ddp_worker.py's).
+bench/perf/workers/fsdp.py, against one process on the same global batch (bench/perf/workers/ddp.py's).
 
 The processes hold unequal shares of the groups (8 short and 12 long completions) and, under a token
 budget, split them into different numbers of micro-batches (3 and 6): the gradient each process keeps
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "bench" / "perf" / "fsdp_worker.py"
+WORKER = REPO / "bench" / "perf" / "workers" / "fsdp.py"
 
 
 def _load(name: str, path: Path):
@@ -30,7 +30,7 @@ _launch, one_thread = _ddp_test._launch, _ddp_test.one_thread  # a 2-process lau
 
 
 def _ddp_worker():
-    from bench.perf import ddp_worker
+    from bench.perf.workers import ddp as ddp_worker
 
     return ddp_worker
 
@@ -47,7 +47,7 @@ def test_fsdp_update_matches_one_process_on_the_same_global_batch(tmp_path, one_
     batch, fused and with each process accumulating its share over a different number of
     micro-batches. (Every aggregation: python -m bench.perf.fsdp, results/benchmarks/fsdp.md.)"""
     w = _ddp_worker()
-    from bench.perf import fsdp_worker
+    from bench.perf.workers import fsdp as fsdp_worker
 
     out = tmp_path / "fsdp.pt"
     cases = ["grpo", "entropy_top", fsdp_worker.LORA_CASE]

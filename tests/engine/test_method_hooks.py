@@ -68,8 +68,8 @@ def test_hidden_states_are_the_behaviour_policys(setup, fused):
     with torch.no_grad():
         want = score(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, with_hidden=True).hidden
     opt, sched = make_optimizer(policy, rl)
-    scored = score_batch(policy, None, Probe(), b, rl, fused)
-    update(policy, Probe(), b, rl, Optimization(opt, sched), scored)
+    scored = score_batch(policy, None, Probe(), b, rl=rl, fused=fused)
+    update(policy, Probe(), b, rl, opt=Optimization(opt, sched), scored=scored)
     assert Probe.seen[-1].shape == want.shape
     torch.testing.assert_close(Probe.seen[-1], want, atol=1e-5, rtol=1e-5)
 
@@ -85,7 +85,7 @@ def test_a_method_loss_mask_sets_the_denominator_and_scalars_are_logged(setup):
         s = score(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, with_entropy=False)
     lp = s.logprobs
     opt, sched = make_optimizer(policy, rl)
-    stats = update(policy, method, b, rl, Optimization(opt, sched), Scored(fused=True))
+    stats = update(policy, method, b, rl, opt=Optimization(opt, sched), scored=Scored(fused=True))
     credit = (2 * b.rewards - 1)[:, None].expand_as(lp)
     mask = b.completion_mask.clone()
     mask[0] = 0
@@ -114,12 +114,15 @@ def test_the_adapter_on_states_from_their_own_pass():
     rl = RLConfig(steps=1, prompts_per_step=2, group_size=G, lr=1e-3)
     arca = METHODS.get("arca")
     separate, shared = RolloutBatch.concat([batch]), RolloutBatch.concat([batch])
-    assert score_batch(policy, None, arca(arca.Config(adapted_pass="separate")), separate, rl, True).adapter_off is None
-    scored = score_batch(policy, None, arca(arca.Config(adapted_pass="training")), shared, rl, True)
+    assert (
+        score_batch(policy, None, arca(arca.Config(adapted_pass="separate")), separate, rl=rl, fused=True).adapter_off
+        is None
+    )
+    scored = score_batch(policy, None, arca(arca.Config(adapted_pass="training")), shared, rl=rl, fused=True)
     assert scored.adapter_off is not None and shared.hidden_residual is None
     opt, sched = make_optimizer(policy, rl)
     training = arca(arca.Config(adapted_pass="training"))
-    update(copy.deepcopy(policy), training, shared, rl, Optimization(opt, sched), scored)
+    update(copy.deepcopy(policy), training, shared, rl, opt=Optimization(opt, sched), scored=scored)
     assert float(separate.hidden_residual.max()) > 0
     torch.testing.assert_close(separate.hidden_residual, shared.hidden_residual, atol=1e-5, rtol=1e-5)
 

@@ -69,12 +69,12 @@ def run(method_name: str, options: dict, budget: int, epochs: int = 1, minibatch
     both updates start from bitwise the same behaviour log-probs and entropies): the gradients of
     every optimizer step, the statistics, and how many micro-batches the batch had."""
     policy, ref, method, batch = setup(method_name, options, lora)
-    scored = score_batch(policy, ref, method, batch, rl_config(0, epochs, minibatches), fused=False)
+    scored = score_batch(policy, ref, method, batch, rl=rl_config(0, epochs, minibatches), fused=False)
     rl = rl_config(budget, epochs, minibatches)
     opt = Recorded([p for p in policy.parameters() if p.requires_grad])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     torch.manual_seed(7)  # the minibatch order
-    stats = update(policy, method, batch, rl, Optimization(opt, sched), scored)
+    stats = update(policy, method, batch, rl, opt=Optimization(opt, sched), scored=scored)
     return {"grads": opt.grads, "stats": stats, "parts": len(microbatch.split(batch, budget))}
 
 
@@ -131,8 +131,8 @@ def test_split_scoring_passes_equal_the_unsplit_ones(name, options, lora):
     top-k selection may break such a tie the other way.) A batch that splits is never fused."""
     policy, ref, method, whole = setup(name, options, lora)
     split = copy.deepcopy(whole)
-    score_batch(policy, ref, method, whole, rl_config(0), fused=False)
-    score_batch(policy, ref, method, split, rl_config(BUDGET), fused=False)
+    score_batch(policy, ref, method, whole, rl=rl_config(0), fused=False)
+    score_batch(policy, ref, method, split, rl=rl_config(BUDGET), fused=False)
     mask = whole.completion_mask.bool()
     fields = [f for f in microbatch.SCORED if getattr(whole, f) is not None and f != "hidden_states"]
     assert {"old_logprobs", "entropy"} <= set(fields) and ("hidden_residual" in fields) == lora

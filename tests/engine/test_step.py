@@ -101,10 +101,10 @@ def test_the_plain_update_is_the_modules_update(method_name, options, lora, epoc
     batch = fixed_batch(tok)
     opt, sched = make_optimizer(policy, rl)
     torch.manual_seed(7)
-    scored = score_batch(policy, ref, cls(cls.Config(**options)), batch, rl)
+    scored = score_batch(policy, ref, cls(cls.Config(**options)), batch, rl=rl)
     assert scored.fused == fused
     assert (scored.adapter_off is not None) == (lora and fused and options.get("adapted_pass") == "training")
-    stats = update(policy, cls(cls.Config(**options)), batch, rl, Optimization(opt, sched), scored)
+    stats = update(policy, cls(cls.Config(**options)), batch, rl, opt=Optimization(opt, sched), scored=scored)
     grads = {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
 
     # the module under Lightning

@@ -3,7 +3,7 @@ single-process reference), for tests/engine/test_ddp.py
 (and bench.perf.fsdp's one-process reference). Lightning's launcher starts the other ranks by
 running this script again with the same arguments, so it is a script, not a pytest test.
 
-    python bench/perf/ddp_worker.py update OUT --devices W
+    python bench/perf/workers/ddp.py update OUT --devices W
         For each case of CASES, the module's real scoring and update (RLVRModule.score_batch and
         .update) of one fixed global batch, each process holding its share of the groups; rank 0
         saves the statistics (their mean over processes, as training_step logs them) and the
@@ -11,7 +11,7 @@ running this script again with the same arguments, so it is a script, not a pyte
         twice: fused (key ``case``), and with a separate scoring pass and the update split into
         micro-batches of at most MICRO_BATCH_TOKENS tokens (key ``case@split``).
 
-    python bench/perf/ddp_worker.py train OUT --devices W
+    python bench/perf/workers/ddp.py train OUT --devices W
         A short real run (rollouts, 2 PPO epochs x 2 minibatches, a sample budget, greedy eval)
         of a tiny random policy; rank 0 saves what every process saw and ended with.
 """
@@ -23,7 +23,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run as a script: the repository root
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
@@ -112,7 +112,7 @@ class FixedBatchUpdate(RLVRModule):
         fused = self.rl.micro_batch_tokens == 0
         if not fused:  # scored unsplit, so every process starts from the same behaviour log-probs
             unsplit = replace(self.rl, micro_batch_tokens=0)
-            scored = scoring.score_batch(self.policy, self.ref_policy, self.method, batch, unsplit, fused=False)
+            scored = scoring.score_batch(self.policy, self.ref_policy, self.method, batch, rl=unsplit, fused=False)
         else:
             scored = self.score_batch(batch, fused=True)
         stats = mean_over_processes(self.update(batch, scored))

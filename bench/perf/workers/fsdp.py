@@ -3,13 +3,13 @@ ModelParallelStrategy on gloo, each decoder layer one fully_shard unit), for tes
 and bench.perf.fsdp.
 Lightning's launcher starts the other rank by running this script again with the same arguments.
 
-    python bench/perf/fsdp_worker.py update OUT [--cases CASE ...]
-        For each case of bench/perf/ddp_worker.py's CASES (fused, and with a scoring pass and the update in
+    python bench/perf/workers/fsdp.py update OUT [--cases CASE ...]
+        For each case of bench/perf/workers/ddp.py's CASES (fused, and with a scoring pass and the update in
         micro-batches: 3 on one process, 6 on the other) and a LoRA case: the module's real scoring
         and update of the fixed global batch, each process holding its share of the groups. Rank 0
         saves the statistics and the whole gradients (gathered from the shards) the update left.
 
-    python bench/perf/fsdp_worker.py train OUT [--lora]
+    python bench/perf/workers/fsdp.py train OUT [--lora]
         A short real run (rollouts of different lengths on each process, 2 PPO epochs x 2 minibatches,
         a token budget per micro-batch, greedy eval split 3 + 4 problems); rank 0 saves what every
         process ended with, and the saved policy.
@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run as a script: the repository root
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
@@ -39,7 +39,7 @@ from bench.models.policy import (  # noqa: E402
     load_policy,
     save_policy,
 )
-from bench.perf import ddp_worker as w  # noqa: E402
+from bench.perf.workers import ddp as w  # noqa: E402
 from bench.registry import METHODS, TASKS  # noqa: E402
 from bench.run.strategy import make_strategy, shard_plan  # noqa: E402
 
@@ -81,7 +81,7 @@ def lora_policy():
 
 
 class ShardedFixedBatchUpdate(w.FixedBatchUpdate):
-    """ddp_worker's fixed-batch update inside the step's gathered block (as training_step runs it);
+    """The DDP worker's fixed-batch update inside the step's gathered block (as training_step runs it);
     the gradients are read afterwards from the shards, gathered whole."""
 
     def training_step(self, rows, batch_idx):
