@@ -178,7 +178,8 @@ def command(args) -> str:
         flags += f" --rl_group {args.rl_group} --rl_lr {args.rl_lr}"
         flags += f" --rl_micro_batch_tokens {args.rl_micro_batch_tokens}"
         flags += f" --rl_task {args.rl_task}" if args.rl_task else ""
-    flags += " --allow_code_execution" if getattr(args, "allow_code_execution", False) else ""
+    code = [t for t in (*args.tasks, getattr(args, "rl_task", None)) if t in CODE]  # these run only with the opt-in
+    flags += " --allow_code_execution" if code or getattr(args, "allow_code_execution", False) else ""
     return f"python -m bench.perf.pretrained {flags}"
 
 

@@ -76,6 +76,10 @@ def test_a_nonfinite_update_is_skipped_and_counted(policy_dir, what):
     # rows with a loss: steps 1, 3 and 4 (the skipped step 2 has none to report)
     assert [r["train/skipped_updates"] for r in rows] == [0.0, 1.0, 1.0]
     assert module.rl_step == 4 and module.skipped_updates == 1
+    # the run's result keeps the count and the largest finite gradient norm of the steps that logged one
+    summary = module.train_summary()
+    assert summary["train_skipped_updates"] == 1.0
+    assert summary["train_grad_norm_max"] == max(r["train/grad_norm"] for r in rows if "train/grad_norm" in r)
     assert any("update skipped, weights unchanged" in str(w.message) for w in caught)
     assert all(torch.isfinite(v).all() for v in module.policy.state_dict().values())
 

@@ -74,6 +74,7 @@ def error_line(err: str) -> str:
 @pytest.mark.parametrize(
     "argv, expected",
     [
+        ([], "--task is required (unless --model is a training run's id: then its task)"),
         (["--task", "gsm8kk"], "unknown task 'gsm8kk'. Did you mean 'gsm8k'"),
         (["--task", "gsm8k", "--n", "2", "--k", "1,4"], "--k values must lie in [1, n=2]"),
         (["--task", "gsm8k", "--k", "one"], "--k must be comma-separated integers"),
