@@ -78,6 +78,9 @@ class MethodSpec:
     """A registered method (see `creditbench methods`)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Overrides of the method's config fields (its paper defaults otherwise)."""
+    placebo: bool = False
+    """Train the method's placebo: its effective per-token credit permuted at random within each
+    completion (bench.engine.placebo), everything else of its recipe kept."""
 
 
 @dataclass

@@ -257,8 +257,18 @@ class Method:
     train/<key>) that a run's result keeps as means over its RL steps (RunResult.train, the report's
     columns), besides the engine's own: train reward and the credit's concentration."""
 
+    twin_options: ClassVar[dict[str, Any] | None] = None
+    """The option values that make this method's per-token credit uniform while keeping the rest of
+    its recipe (sampling, filters, clip, KL, aggregation): its credit-off twin. None: the method's
+    credit is already uniform (a baseline), so it has no twin."""
+
     def __init__(self, config: MethodConfig | None = None):
         self.config = config if config is not None else self.Config()
+
+    def twin(self) -> dict[str, Any] | None:
+        """The credit-off twin of this method *with this config* (option values over the config's),
+        or None; a method whose off switch depends on its mode overrides this."""
+        return None if self.twin_options is None else dict(self.twin_options)
 
     @property
     def required(self) -> frozenset[str]:

@@ -168,6 +168,7 @@ class ARCA(GRPO):
     description = "REINFORCE on the group advantage with per-token weights from the LoRA adapter's hidden residual"
     paper = "Adapter-Residual Credit Assignment When Token Signals Degenerate (Lafuente-Mercado 2026), arXiv 2606.00257"
     summary = ("weight_gini", "weight_effective_n_ratio")  # the paper's diagnostics, kept per run
+    twin_options = {"signal": "uniform"}  # every token weighted 1/L under the same LoRA and loss
 
     @property
     def required(self) -> frozenset[str]:

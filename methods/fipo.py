@@ -57,6 +57,8 @@ SAFETY_CAP = (0.8, 1.0)  # ms-swift's fixed range for negative-advantage, high-r
 class FIPOConfig(DAPOConfig):
     decay_rate: float = 32.0
     """Half-life of the Future-KL discount in tokens: gamma = 2^(-1/decay_rate) (ms-swift fipo_decay_rate: 32)."""
+    influence: bool = True
+    """False: f = 1 on every token (the credit-off twin: DAPO with this recipe's dual clip)."""
     influence_clip: float | None = 0.2
     """eps_f: f is clipped to [1 - eps_f, 1 + eps_f]; None or 0 leaves it unclipped (ms-swift fipo_clip_range: 0.2)."""
     influence_clip_high_only: bool = True
@@ -103,12 +105,14 @@ def influence_weight(log_ratio: Tensor, adv: Tensor, mask: Tensor, cfg: FIPOConf
 class FIPO(DAPO):
     Config = FIPOConfig
     description = "DAPO advantage x clip(exp(discounted future log-ratio sum)): credit from the update's future"
+    twin_options = {"influence": False}  # f = 1: DAPO with FIPO's dual clip
     paper = "FIPO: Future-KL Influenced Policy Optimization (Ma et al., COLM 2026), arXiv 2603.19835"
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         cfg = self.config
         log_ratio = logprobs.detach() - batch.old_logprobs  # [B, T]
         f, fkl = influence_weight(log_ratio, credit, batch.completion_mask, cfg)
+        f = f if cfg.influence else torch.ones_like(f)
         out = super().loss(batch, logprobs, credit * f)  # DAPO's dual clip: ms-swift's clamp(coef_1, max=delta)
         out.stats.update({"fipo_future_kl": fkl, "fipo_weight": f})
         return out

@@ -96,6 +96,7 @@ class GRPOLambdaConfig(GRPOConfig):
 class GRPOLambda(GRPO):
     Config = GRPOLambdaConfig
     description = "GRPO with an eligibility trace of token log-ratios in the clipped ratio"
+    twin_options = {"lam": 0.0}  # no trace: GRPO's token ratio, with this recipe's advantage clamp
     paper = "Credit Assignment improves LLM Reasoning (Parthasarathi et al. 2025), arXiv 2510.00194"
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]

@@ -88,7 +88,7 @@ from __future__ import annotations
 import dataclasses
 import string
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -177,6 +177,15 @@ class IBPO(GRPO):
     paper = (
         "Reducing Credit Assignment Variance via Counterfactual Reasoning Paths (Ding et al. 2026), arXiv 2605.16302"
     )
+
+    def twin(self) -> dict[str, Any]:
+        """The counterfactual signal off, the rollouts and revisions generated as before: no shaping
+        ("shaping"), the shaped advantage on every token ("edit_mask"), A_i on every token ("diff_credit")."""
+        if self.config.mode == "shaping":
+            return {"shaping_coef": 0.0}
+        if self.config.mode == "edit_mask":
+            return {"mode": "shaping"}
+        return {"unchanged_credit": 1.0, "sparsify_correct": False}
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         cfg = self.config

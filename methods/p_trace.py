@@ -120,6 +120,8 @@ def trace_parts(
 class PTrace(GRPO):
     Config = PTraceConfig
     description = "token ratio times a bounded trace of earlier log-ratios, clipped on r_t only"
+    twin_options = {"weights": "uniform", "clip_target": "full_traced", "hist_clip": None}
+    """Uniform weights, the whole traced ratio clipped: GSPO's sequence ratio with this recipe's clip."""
     paper = (
         "Beyond Uniform Credit Assignment: Selective Eligibility Traces for RLVR (Mou et al. 2026), arXiv 2605.05965"
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.config import RunConfig
 from bench.core import Method, Task, build_config, check
+from bench.engine.placebo import with_placebo
 from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
 from bench.run.strategy import check_scale
@@ -39,6 +40,7 @@ def resolve(cfg: RunConfig) -> Resolved:
     before any work starts."""
     method_cls = METHODS.get(cfg.method.name)
     method = method_cls(build_config(method_cls.Config, cfg.method.options, f"method {cfg.method.name!r}"))
+    method = with_placebo(method, cfg.method.placebo, cfg.seed)
     task = _build_task(cfg.task.name, cfg.task.options)
     eval_tasks = _eval_tasks(cfg, task)
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
