@@ -5,6 +5,8 @@ creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of 
 creditbench sweep SPEC.yaml [--jobs N] [--dry_run]         methods x models x seeds, then the report
 creditbench summarize --sweep NAME                         (re)write results/<NAME>/ report, tables, plots
 creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
+creditbench table --sweep NAME [--format md|csv|tex|all]   a sweep's comparisons as comparisons.{md,csv,tex}
+creditbench curves --sweep NAME --labels A B --task T      overlay labels' pass@1 curves (PNG)
 creditbench methods | tasks [NAME]                         list the registries, or one entry's options
 creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
 creditbench fetch NAME [--force]                           cache a pretrained model (qwen2.5-coder-0.5b-instruct)
@@ -236,6 +238,48 @@ def _preflight(sweep, uri: str, here: bool) -> None:
         print(f"note: on this machine, run {key} (and any like it) would stop before it starts: {note}")
 
 
+def cmd_table(argv: list[str]) -> int:
+    from bench.errors import CreditBenchError
+    from bench.run.args import spell
+
+    if any(a == "--paper" or a.startswith("--paper=") for a in spell(argv)):
+        from bench.report.papers import main as paper_table
+
+        return paper_table(argv)
+    ap = ArgumentParser(
+        prog="creditbench table",
+        description="A sweep's comparisons (results/<sweep>/report.json) as Markdown, CSV and LaTeX; with "
+        "--paper NAME instead, a paper's numbers beside this suite's (creditbench table --paper NAME --help).",
+    )
+    ap.add_argument("--sweep", help="the sweep (results/<sweep>/report.json); one of --paper or --sweep is required")
+    ap.add_argument("--format", choices=("md", "csv", "tex", "all"), default="all")
+    ap.add_argument("--results_dir", "--results", default="results", help="where the sweeps' folders are")
+    ap.add_argument("--out", default=None, help="folder for comparisons.{md,csv,tex} (default: the sweep's)")
+    a = ap.parse_args(argv)
+    if a.sweep is None:
+        raise CreditBenchError("creditbench table: one of --paper NAME or --sweep NAME is required")
+    from bench.report.export import write_tables
+
+    table, written = write_tables(a.results_dir, a.sweep, a.format, a.out)
+    print(table + "\nwritten: " + ", ".join(map(str, written)))
+    return 0
+
+
+def cmd_curves(argv: list[str]) -> int:
+    ap = ArgumentParser(prog="creditbench curves", description="Overlay labels' eval pass@1 vs samples (PNG).")
+    ap.add_argument("--sweep", required=True)
+    ap.add_argument("--labels", nargs="+", required=True, help="two or more of the sweep's labels")
+    ap.add_argument("--task", required=True, help="the training task (its eval curve is drawn)")
+    ap.add_argument("--model", default=None, help="needed when the sweep trains several models on the task")
+    ap.add_argument("--results_dir", "--results", default="results", help="where the sweeps' folders are")
+    ap.add_argument("--out", default=None, help="PNG path (default: results/<sweep>/curves_<task>_<labels>.png)")
+    a = ap.parse_args(argv)
+    from bench.report.export import curves
+
+    print(curves(a.results_dir, a.sweep, a.labels, a.task, a.model, a.out))
+    return 0
+
+
 def cmd_bases(argv: list[str]) -> int:
     ap = ArgumentParser(prog="creditbench bases", description="Build, pin and verify the tiny base checkpoints.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -283,7 +327,8 @@ COMMANDS = {
     "eval": "pass@k of a checkpoint on a task",
     "sweep": "run a sweep spec",
     "summarize": "report of a sweep",
-    "table": "a paper's numbers beside this suite's",
+    "table": "a sweep's comparisons, or a paper's numbers beside this suite's",
+    "curves": "overlay labels' learning curves",
     "methods": "list methods",
     "tasks": "list tasks",
     "ui": "MLflow UI on 127.0.0.1",
@@ -328,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "bases":
             return cmd_bases(rest)
         if cmd == "table":
-            from bench.report.papers import main as cmd_table
-
             return cmd_table(rest)
+        if cmd == "curves":
+            return cmd_curves(rest)
         return cmd_summarize(rest)
     except CreditBenchError as e:
         return _fail(str(e))

@@ -152,6 +152,11 @@ class RLConfig:
 class EvalConfig:
     every: int = 25
     """Evaluate every this many RL steps (and before the first and after the last)."""
+    every_samples: int = 0
+    """Evaluate whenever this many more training samples were generated (and before the first step and
+    after the last), instead of every ``every`` RL steps: every method is then evaluated at the same
+    sample counts, however many samples its steps take (a sweep with a sample budget sets it). A
+    multiple of the rollout batch; a step's generation stops at it. 0: by RL steps."""
     n: int = 4
     """Samples per eval problem."""
     k: list[int] = field(default_factory=lambda: [1, 2, 4])
@@ -173,6 +178,7 @@ class EvalConfig:
             for t in self.tasks
         ]
         check(self.every >= 1, f"eval.every must be >= 1, got {self.every}")
+        check(self.every_samples >= 0, f"eval.every_samples must be >= 0, got {self.every_samples}")
         check(self.n >= 1, f"eval.n must be >= 1, got {self.n}")
         check(len(self.k) > 0, "eval.k must list at least one k")
         bad = [k for k in self.k if not 1 <= k <= self.n]

@@ -163,21 +163,21 @@ class MetricSink:
 class RunCheckpoint(Callback):
     """Writes ``last.ckpt`` every ``every`` RL steps.
 
-    A step that Lightning validates after (every ``eval.every`` steps, and the last) is
+    A step that Lightning validates after (the module's ``eval_due``: by ``eval.every`` steps or
+    ``eval.every_samples`` samples, and the last) is
     checkpointed at the end of that validation, so the checkpoint holds its evaluation and a
     resumed run does not evaluate again; any other step at the end of its training batch.
     """
 
-    def __init__(self, directory: Path, every: int, eval_every: int):
-        self.path, self.every, self.eval_every = directory / "last.ckpt", every, eval_every
+    def __init__(self, directory: Path, every: int):
+        self.path, self.every = directory / "last.ckpt", every
 
     def _due(self, step: int, trainer) -> bool:
         return step % self.every == 0 or trainer.should_stop
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = pl_module.rl_step
-        validates_next = step % self.eval_every == 0 or trainer.should_stop
-        if self._due(step, trainer) and not validates_next:
+        if self._due(step, trainer) and not pl_module.eval_due:
             self.save(trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:

@@ -42,10 +42,12 @@ from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_
 from bench.engine.metrics import EvalEpoch, metric_key
 from bench.engine.probe import credit_map, find_probe, probe_from_state, probe_state
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
-from bench.engine.sampling import RolloutSampler, reward_stats, train_rollouts
+from bench.engine.sampling import RolloutSampler, eval_due, reward_stats, rounds_left, train_rollouts
 from bench.engine.sharding import ShardPlan
 from bench.engine.step import SkippedUpdates
 
+NEVER = 2**62
+"""Lightning's ``val_check_batch`` on a step not followed by an eval: the module decides each step."""
 TRAIN_SUMMARY = (
     "train/reward",
     "credit/gini",
@@ -93,6 +95,7 @@ class RLVRModule(L.LightningModule):
         self.eval_tasks = eval_tasks or {task_name: task}  # evaluated in this order; the first is the primary
         self.evals = EvalEpoch(list(self.eval_tasks), eval_cfg, rl.samples_to_log)
         self.rl_step = 0  # completed RL steps
+        self.eval_due = False  # whether the step just taken is followed by an eval
         self.skips = SkippedUpdates(rl.max_skipped_updates)
         self.eval_history: list[dict[str, Any]] = []
         self.train_sums: dict[str, list[float]] = {}  # TRAIN_SUMMARY key -> [sum, count] over RL steps
@@ -183,7 +186,8 @@ class RLVRModule(L.LightningModule):
         sampler.verify_s = 0.0
         counted = sampler.samples, sampler.tokens
         t0 = time.perf_counter()
-        drawn = train_rollouts(sampler, self.method, rows, rl, lambda n: self.trainer.datamodule.refill(n))
+        limit = rounds_left(self.samples, rl, self.eval_cfg.every_samples)  # up to the budget and next eval point
+        drawn = train_rollouts(sampler, self.method, rows, rl, self.trainer.datamodule.refill, max_rounds=limit)
         batch = self.method.augment(drawn.batch, sampler)
         # every process's generations count: the budget then stops all of them at the same step
         new = all_sum(torch.tensor([sampler.samples - counted[0], sampler.tokens - counted[1]], device=self.device))
@@ -230,6 +234,8 @@ class RLVRModule(L.LightningModule):
         self.log("reward", stats["train/reward"], prog_bar=True, logger=False, batch_size=batch.size)
         if self.budget_spent or self.rl_step >= rl.steps:
             self.trainer.should_stop = True
+        self.eval_due = self.trainer.should_stop or eval_due(counted[0], self.samples, self.rl_step, self.eval_cfg)
+        self.trainer.val_check_batch = 1 if self.eval_due else NEVER  # Lightning validates after this step or not
 
     @property
     def budget_spent(self) -> bool:

@@ -5,7 +5,8 @@ loss puts on that token's log-prob. The placebo keeps each completion's credit v
 selection method, how many tokens it selects) but permutes them over the completion's valid tokens
 with a random permutation pi_i, drawn once per rollout batch:
 
-    c'_it = c_i,pi_i(t)         mask'_it = mask_i,pi_i(t)         loss'_it = sg(loss_i,pi_i(t)) + sg(g_i,pi_i(t)) (l_it - sg(l_it))
+    c'_it = c_i,pi_i(t)        mask'_it = mask_i,pi_i(t)
+    loss'_it = sg(loss_i,pi_i(t)) + sg(g_i,pi_i(t)) (l_it - sg(l_it))
 
 with g_is = d(sum_t mask_it loss_it)/d l_is taken through the method's own loss at the current
 log-probs l. The aggregation's per-row weights depend only on how many tokens a row's mask holds,

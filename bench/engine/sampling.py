@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.config import RLConfig, SamplingConfig
+from bench.config import EvalConfig, RLConfig, SamplingConfig
 from bench.core import Method, RolloutBatch, Task
 from bench.distributed import world_size
 from bench.engine.rollout import RolloutEngine, completion_mask
@@ -144,16 +144,24 @@ class TrainRollouts:
 
 
 def train_rollouts(
-    sampler: RolloutSampler, method: Method, rows: list[dict], rl: RLConfig, refill: Callable[[int], list[dict]]
+    sampler: RolloutSampler,
+    method: Method,
+    rows: list[dict],
+    rl: RLConfig,
+    refill: Callable[[int], list[dict]],
+    max_rounds: int | None = None,
 ) -> TrainRollouts:
     """The step's training batch, refilled with ``refill(n)`` fresh prompts while the method drops
-    groups (``keep_groups``), for at most ``generation_rounds`` rollout batches; every rollout is
-    counted. ``rows`` are this process's share of the step's prompts."""
+    groups (``keep_groups``), for at most ``generation_rounds`` rollout batches and at most
+    ``max_rounds`` (what is left of the sample budget or to the next eval point, in rollout batches:
+    a refill never passes either); every rollout is counted. ``rows`` are this process's share of the
+    step's prompts."""
     n = rl.prompts_per_step // world_size()
     batch, _ = sampler.rollout(rows, rl.group_size, rl.sampling, details=False)
     sampler.count(batch)
     generated, kept, kept_groups = [batch], [], None
-    for round_ in range(method.generation_rounds):
+    rounds = method.generation_rounds if max_rounds is None else max(1, min(method.generation_rounds, max_rounds))
+    for round_ in range(rounds):
         if round_ > 0:
             batch, _ = sampler.rollout(refill(n), rl.group_size, rl.sampling, details=False)
             sampler.count(batch)
@@ -173,6 +181,23 @@ def train_rollouts(
     train = regroup(RolloutBatch.concat(kept))
     first = torch.nonzero(train.group_ids < n).squeeze(-1)  # at most a full batch
     return TrainRollouts(train.select(first), everything, len(generated), kept_groups)
+
+
+def rounds_left(samples: int, rl: RLConfig, every_samples: int = 0) -> int | None:
+    """Rollout batches a step may generate, having generated ``samples``, before it would pass the sample
+    budget or the next multiple of ``every_samples`` (an eval point); at least 1, None without either."""
+    ends = [rl.budget_samples] if rl.budget_samples else []
+    ends += [(samples // every_samples + 1) * every_samples] if every_samples else []
+    if not ends:
+        return None
+    return max(1, (min(ends) - samples) // (rl.prompts_per_step * rl.group_size))
+
+
+def eval_due(samples_before: int, samples: int, step: int, eval_cfg: EvalConfig) -> bool:
+    """Whether RL step ``step``, which took the samples from ``samples_before`` to ``samples``, is an eval
+    point: it reached a multiple of ``eval.every_samples`` (without one, of ``eval.every`` RL steps)."""
+    every = eval_cfg.every_samples
+    return samples // every > samples_before // every if every else step % eval_cfg.every == 0
 
 
 def reward_stats(generated: RolloutBatch) -> dict[str, float]:

@@ -89,24 +89,38 @@ def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
             continue
         groups[(r.model, r.task)][r.label][r.seed] = scores(r, r.task, analysis.metric)
         n_samples[(r.model, r.task)] = getattr(r, "eval_n", 0) or None
-    comparisons = []
+    comparisons, credit = [], []
+    placebos = {c for cs in analysis.credit_controls.values() for c in cs if c.endswith("-placebo")}
     for (model, task), by_label in groups.items():
         where = f"{task} ({model})"
         controlled = {lab: c for lab, c in analysis.controls.items() if lab in by_label and c in by_label}
-        main = {lab: s for lab, s in by_label.items() if lab not in controlled}
+        main = {lab: s for lab, s in by_label.items() if lab not in controlled and lab not in placebos}
         settings = (where, analysis.metric, analysis.margin, 0.95, n_samples[(model, task)])
         if baseline in main and len(main) > 1:
             comparisons.append(inference.compare(main, baseline, *settings))
         for lab, control in controlled.items():
             comparisons.append(inference.compare({control: by_label[control], lab: by_label[lab]}, control, *settings))
-    if not comparisons:
+        credit += _credit_family(by_label, analysis.credit_controls, settings)
+    if not comparisons and not credit:
         if runs and not groups:  # a metric no run has: say which it has rather than drop the comparisons
             have = sorted(k for k in _final_point(runs[0], runs[0].task).eval[runs[0].task] if not k.endswith("_se"))
             valid = ", ".join(have)
             raise CreditBenchError(f"analysis.metric {analysis.metric!r} is not in the runs' eval; valid: {valid}")
         return None
-    a = inference.assess(comparisons, analysis.alpha, analysis.power)
-    return {"metric": analysis.metric, "assessment": a.to_dict(), "markdown": inference.markdown(a)}
+    out: dict[str, Any] = {"metric": analysis.metric}
+    if comparisons:
+        a = inference.assess(comparisons, analysis.alpha, analysis.power)
+        out |= {"assessment": a.to_dict(), "markdown": inference.markdown(a)}
+    if credit:  # the primary family: each credit method against its own credit controls, adjusted on its own
+        a = inference.assess(credit, analysis.alpha, analysis.power)
+        out["credit"] = {"assessment": a.to_dict(), "markdown": inference.markdown(a)}
+    return out
+
+
+def _credit_family(by_label: dict, credit_controls: dict[str, list[str]], settings: tuple) -> list:
+    """Each credit method's comparisons with its credit controls (twin, placebo) that have runs."""
+    pairs = [(lab, c) for lab, cs in credit_controls.items() for c in cs if lab in by_label and c in by_label]
+    return [inference.compare({c: by_label[c], lab: by_label[lab]}, c, *settings) for lab, c in pairs]
 
 
 BLAME_KEYS = ("share", "uniform_share", "rank_frac", "top1", "n")

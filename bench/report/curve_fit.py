@@ -37,6 +37,8 @@ Seed = tuple[float, np.ndarray, np.ndarray]
 
 @dataclass(frozen=True)
 class Fit:
+    """A fitted curve R(C); ``converged`` is the least-squares solver's success."""
+
     A: float
     B: float
     C_mid: float
@@ -122,7 +124,7 @@ def fit_label(runs: list[RunResult], task: str, metric: str = "pass_at_1", n_boo
     """The curve of one (label, model) group's runs on eval ``task``: the point ``fit`` and, from 3
     seeds on, ``interval`` (percentile 95% of a bootstrap over seeds: {A, B, C_mid: (lo, hi)}),
     ``at_bound`` (share of bootstrap fits with that parameter on a bound) and ``budget_too_short``
-    (None without intervals), with the ``reason``.
+    (without intervals: True where the point fit alone shows it, else None), with the ``reason``.
 
     All seeds' points are pooled, each one a residual: with a shared eval schedule the minimiser is the
     mean curve's (sum_s sum_i (r_si - f(c_i))^2 = S sum_i (mean_s r_si - f(c_i))^2 + const), and
@@ -179,7 +181,10 @@ def extrapolation_check(
         return out
     preds = np.array([f.predict(late) for f in _boot(seeds, n_boot, seed, half)])  # [n_boot, len(late)]
     lo, hi = np.percentile(preds, [2.5, 97.5], axis=0)
-    return out | {"interval": list(zip(lo.tolist(), hi.tolist())), "inside": bool(np.all((lo <= observed) & (observed <= hi)))}
+    return out | {
+        "interval": list(zip(lo.tolist(), hi.tolist())),
+        "inside": bool(np.all((lo <= observed) & (observed <= hi))),
+    }
 
 
 def intervals_overlap(a: dict, b: dict) -> dict[str, bool | None]:
@@ -197,7 +202,8 @@ def fit_sweep(runs: list[RunResult], n_boot: int = 1000, seed: int = 0) -> list[
     for run in runs:
         groups[(run.label, run.model, run.task)].append(run)
     return [
-        fit_label(g, task, n_boot=n_boot, seed=seed) | {"extrapolation": extrapolation_check(g, task, n_boot=n_boot, seed=seed)}
+        fit_label(g, task, n_boot=n_boot, seed=seed)
+        | {"extrapolation": extrapolation_check(g, task, n_boot=n_boot, seed=seed)}
         for (_, _, task), g in sorted(groups.items())
     ]
 
@@ -212,10 +218,10 @@ def _cell(fit: Fit | None, interval: dict | None, key: str, fmt: str) -> str:
 def markdown(fits: list[dict]) -> list[str]:
     """A table of fit_label results (with fit_sweep's ``extrapolation`` where present)."""
     lines = [
-        "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) against training samples C; 95% intervals from a bootstrap "
-        "over seeds; * a point fit on a bound of its range. Extrapolation: fitted on C <= half the budget, mean |error| of the predicted mean beyond "
-        "(in: every observed mean inside its interval). Too short: the data cannot tell learning slower from "
-        "ending lower.",
+        "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) against training samples C; 95% intervals from a "
+        "bootstrap over seeds; * a point fit on a bound of its range. Extrapolation: fitted on C <= half "
+        "the budget, mean |error| of the predicted mean beyond (in: every observed mean inside its "
+        "interval). Too short: the data cannot tell learning slower from ending lower.",
         "",
         "| label | task | model | A [95% CI] | C_mid [95% CI] | B | extrapolation | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -80,10 +80,25 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |"
             )
         out.append("")
-    a = report.get("analysis")
-    if a:
+    out += _budget_markdown(report.get("budgets") or [])
+    a = report.get("analysis") or {}
+    if a.get("credit"):
         out += [
-            "## Comparisons",
+            "## Credit assignment (primary)",
+            "",
+            f"`{a['metric']}` at the end of training, each credit method against its own credit-off twin (`-twin`: "
+            "the same recipe with uniform credit) and its placebo (`-placebo`: its per-token credit permuted at "
+            "random within each completion), on the seeds they share; p-values Holm- (and BH-) adjusted across "
+            "this family. A method that does not beat its twin has not shown that its credit helps; one that does "
+            "not beat its placebo has shown no token-level signal.",
+            "",
+            a["credit"]["markdown"],
+            "",
+        ]
+    if a.get("markdown"):
+        secondary = " (secondary: whole recipes, not credit alone)" if a.get("credit") else ""
+        out += [
+            f"## Comparisons{secondary}",
             "",
             f"Primary metric `{a['metric']}` at the end of training, each label against `{base}` (or its control), "
             "analysed with a method x seed model (the training seed is the unit of replication; the residual "
@@ -97,6 +112,35 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("fingerprint"):
         out += ["", f"Numerics: {describe(report['fingerprint'])} (docs/reproducibility.md)."]
     return "\n".join(out)
+
+
+def _budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """What each label's runs spent and where they were evaluated (report["budgets"])."""
+    if not rows:
+        return []
+
+    def span(v: list[int]) -> str:
+        return f"{v[0]:,}" if v[0] == v[1] else f"{v[0]:,}–{v[1]:,}"
+
+    out = [
+        "## Budget",
+        "",
+        "What each label's runs spent (least–most over seeds) and the training samples at each eval point.",
+        "",
+        "| model | task | label | samples | tokens | RL steps | optimizer steps | eval at samples |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        grid = "varies by seed" if r["eval_samples"] is None else ", ".join(f"{x:,}" for x in r["eval_samples"])
+        opt = "–" if not r["optimizer_steps"][1] else span(r["optimizer_steps"])
+        out.append(
+            f"| {r['model']} | {r['task']} | {r['label']} | {span(r['samples'])} | {span(r['tokens'])} "
+            f"| {span(r['steps'])} | {opt} | {grid} |"
+        )
+    differ = sorted({f"{r['task']} ({r['model']})" for r in rows if not r["same_grid"]})
+    if differ:
+        out += ["", f"Eval grids differ between labels on {', '.join(differ)}: their curves are not on one grid."]
+    return out + [""]
 
 
 def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -231,13 +231,15 @@ class Assessment:
 
 
 def verdict(diff: float, p_holm: float | None, p_tost_holm: float | None, alpha: float, delta: float | None) -> str:
-    """Item 5's verdict: equivalence first (a difference inside the margin does not matter),
-    then a significant difference, else inconclusive."""
-    if p_tost_holm is not None and p_tost_holm < alpha and delta is not None:
-        return f"equivalent (±{delta:g})"
-    if p_holm is not None and p_holm < alpha:
-        return "better" if diff > 0 else "worse"
-    return "inconclusive"
+    """Item 5's verdict: a significant difference ("better", "worse"), an equivalence ("equivalent (±m)":
+    the TOST bounds it inside the margin), both ("worse, within ±m": real but smaller than the margin),
+    else inconclusive."""
+    equivalent = p_tost_holm is not None and p_tost_holm < alpha and delta is not None
+    significant = p_holm is not None and p_holm < alpha
+    if significant:
+        direction = "better" if diff > 0 else "worse"
+        return f"{direction}, within ±{delta:g}" if equivalent else direction
+    return f"equivalent (±{delta:g})" if equivalent else "inconclusive"
 
 
 def assess(comparisons: Sequence[Comparison], alpha: float = 0.05, power: float = 0.8) -> Assessment:
@@ -271,13 +273,17 @@ def _p(p: float | None) -> str:
 def mde_line(c: Comparison, m: int, value: float | None, power: float = 0.8) -> str:
     """The sentence every report prints about what its design can resolve."""
     S = len(c.seeds)
+    others = [lab for lab in c.means if lab != c.baseline]
+    which = f"`{others[0]}` vs `{c.baseline}`" if len(others) == 1 else f"each label vs `{c.baseline}`"
     if value is None:
-        return f"Task `{c.task}`: with {S} seed(s) this design resolves no difference (at least {MIN_SEEDS} needed)."
+        return (
+            f"`{c.task}`, {which}: with {S} seed(s) this design resolves no difference (at least {MIN_SEEDS} needed)."
+        )
     design = f"{c.n_problems} problems x {c.n_samples or '?'} samples" if c.n_problems else "run-level values"
     return (
-        f"This design ({S} seeds, {design}, {m} comparisons, Holm) detects a difference of {100 * value:.1f} points "
-        f"of {c.metric.replace('pass_at_', 'pass@')} on `{c.task}` with {power:.0%} power; differences smaller than "
-        f"that are not resolved."
+        f"`{c.task}`, {which}: this design ({S} seeds, {design}, {m} comparisons, Holm) detects a difference of "
+        f"{100 * value:.1f} points of {c.metric.replace('pass_at_', 'pass@')} with {power:.0%} power; differences "
+        f"smaller than that are not resolved."
     )
 
 

@@ -39,6 +39,7 @@ RUN_METRICS = (
     "samples",
     "tokens",
     "steps",
+    "optimizer_steps",
     "wall_s",
 )
 """Per-run values summarised over seeds, besides pass@k and avg@n (their keys come from the runs)."""
@@ -110,11 +111,40 @@ def build_report(
         "horizons": {f"{m}/{t}/{e}": h for (m, t, e), h in horizon.items()},
         "rows": rows,
         "analysis": analyse(runs, baseline, analysis or Analysis()),
+        "budgets": budget_rows(runs),
         "blame": blame_table(runs),
         "credit_maps": _credit_maps(runs),
         "fingerprint": common([r.fingerprint for r in runs]),
         "bases": [json.loads(b) for b in sorted({json.dumps(r.base_checkpoint, sort_keys=True) for r in runs})],
     }
+
+
+def budget_rows(runs: list[RunResult]) -> list[dict[str, Any]]:
+    """Per (model, task, label): what its runs spent (samples, tokens, RL and optimizer steps: least
+    and most over seeds) and where they were evaluated (the training samples at each eval point, one
+    grid when every seed shares it); ``same_grid`` says whether every label of the (model, task) was
+    evaluated at the same sample counts, as a matched-budget comparison needs."""
+    groups: dict[tuple, list[RunResult]] = defaultdict(list)
+    for r in runs:
+        groups[(r.model, r.task, r.label)].append(r)
+    rows = []
+    for (model, task, label), rs in sorted(groups.items()):
+        grids = {tuple(h.samples for h in r.history) for r in rs}
+        spent = {
+            k: [min(v), max(v)]
+            for k, v in (
+                ("samples", [r.samples for r in rs]),
+                ("tokens", [r.tokens for r in rs]),
+                ("steps", [r.steps for r in rs]),
+                ("optimizer_steps", [r.optimizer_steps for r in rs]),
+            )
+        }
+        rows.append({"model": model, "task": task, "label": label, "seeds": len(rs), **spent,
+                     "eval_samples": list(grids.pop()) if len(grids) == 1 else None})  # fmt: skip
+    for row in rows:
+        same = [x["eval_samples"] for x in rows if (x["model"], x["task"]) == (row["model"], row["task"])]
+        row["same_grid"] = all(g is not None and g == same[0] for g in same)
+    return rows
 
 
 def _horizons(groups: dict[tuple, list[RunResult]], budget: dict[str, int] | None) -> dict[tuple, dict[str, float]]:
@@ -170,6 +200,7 @@ def _run_values(rs: list[RunResult], ev: str, h: dict[str, float], g: float | No
             samples=r.samples,
             tokens=r.tokens,
             steps=r.steps,
+            optimizer_steps=r.optimizer_steps or None,  # None: a result from before they were recorded
             wall_s=r.wall_s,
         )
         v.update({k: (f if k == "greedy" else r.train).get(src) for k, src in OPTIONAL_METRICS.items()})

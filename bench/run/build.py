@@ -69,7 +69,7 @@ def build_trainer(cfg: RunConfig, logger, ckpt_dir: Path | None, progress: bool)
     from bench.run.progress import rl_steps, rl_total, step_progress
 
     callbacks = [step_progress("RL", rl_total(cfg.rl), rl_steps, bar=progress)]  # real totals (bench.run.progress)
-    callbacks += [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every, cfg.eval.every)]
+    callbacks += [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every)]
     return L.Trainer(
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
@@ -80,7 +80,7 @@ def build_trainer(cfg: RunConfig, logger, ckpt_dir: Path | None, progress: bool)
         callbacks=callbacks,
         max_steps=-1,
         max_epochs=-1,  # the module stops after rl.steps RL steps (or its budget)
-        val_check_interval=cfg.eval.every,
+        val_check_interval=1,  # the module decides after each step whether an eval follows (eval_due)
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
         enable_checkpointing=False,

@@ -51,7 +51,21 @@ def resolve(cfg: RunConfig) -> Resolved:
         )
     _allow_code(cfg, eval_tasks)
     _check_model(cfg, method)
+    _check_budget(cfg)
     return Resolved(cfg, method, task, eval_tasks)
+
+
+def _check_budget(cfg: RunConfig) -> None:
+    """A sample budget and a sample eval schedule in whole rollout batches: generation stops at them
+    exactly (bench.engine.sampling.train_rollouts), never past them."""
+    batch = cfg.rl.prompts_per_step * cfg.rl.group_size
+    for key, value in (("rl.budget_samples", cfg.rl.budget_samples), ("eval.every_samples", cfg.eval.every_samples)):
+        lower, upper = value // batch * batch, -(-value // batch) * batch
+        check(
+            value % batch == 0,
+            f"{key} ({value}) is not a multiple of one rollout batch (rl.prompts_per_step x rl.group_size = "
+            f"{batch}), so a step would pass it; use {lower or upper} or {upper}",
+        )
 
 
 def _eval_tasks(cfg: RunConfig, task: Task) -> dict[str, Task]:

@@ -53,6 +53,9 @@ class RunResult:
     seed: int
     steps: int
     """RL steps done."""
+    optimizer_steps: int = 0
+    """Optimizer steps taken (RL steps x PPO epochs x minibatches, less the skipped updates; results
+    without the key: 0)."""
     samples: int
     """Training completions generated."""
     tokens: int

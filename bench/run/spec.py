@@ -48,6 +48,7 @@ from bench.errors import CreditBenchError, did_you_mean
 from bench.run.args import load_yaml, locate
 
 TargetOf = Literal["gain", "final"]
+Control = Literal["twin", "placebo"]
 TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
 """How the to-target cost's pass@1 is set from the baseline: a share of its gain over its base
 policy, or a share of its final pass@1."""
@@ -65,6 +66,8 @@ class MethodEntry:
     """Overrides of the method's config fields."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Dotted run config settings for this entry's runs (over method_overrides)."""
+    placebo: bool = False
+    """Train the method's placebo (its per-token credit permuted within each completion)."""
 
 
 @dataclass
@@ -110,6 +113,10 @@ class Analysis:
     controls: dict[str, str] = field(default_factory=dict)
     """Label -> the label it is compared with instead of the baseline (e.g. a LoRA method with
     the rank-matched LoRA baseline)."""
+    credit_controls: dict[str, list[str]] = field(default_factory=dict)
+    """Label -> the labels of its credit controls (its credit-off twin, its placebo): the primary
+    family of comparisons, each method against each of them; filled by the spec's ``credit_controls``.
+    The comparisons with the baseline are then the secondary family, Holm-adjusted on their own."""
     sd_train: float | None = None
     """Prior SD of a run's primary metric from training alone (between seeds), for ``--dry_run``."""
     sd_item: float | None = None
@@ -170,6 +177,10 @@ class SweepSpec:
     analysis: Analysis = field(default_factory=Analysis)
     """The comparison's statistics: primary metric, alpha, power, equivalence margin, controls and the
     variance prior of ``--dry_run``."""
+    credit_controls: list[Control] = field(default_factory=list)
+    """Add beside every method entry whose credit is not uniform its credit-off twin (``twin``: label
+    <label>-twin, the method's declared twin options over the entry's) and its placebo (``placebo``:
+    <label>-placebo), with the entry's overrides; each method is then compared with them first."""
 
     def __post_init__(self) -> None:
         check(
@@ -198,10 +209,15 @@ class SweepSpec:
                 entries.append(m)
         entries = [
             MethodEntry(
-                m.name, m.label or m.name, m.options, {**(self.method_overrides.get(m.name) or {}), **m.overrides}
+                m.name,
+                m.label or m.name,
+                m.options,
+                {**(self.method_overrides.get(m.name) or {}), **m.overrides},
+                m.placebo,
             )
             for m in entries
         ]
+        entries = self._with_credit_controls(entries)
         labels = [m.label for m in entries]
         twice = sorted({x for x in labels if labels.count(x) > 1})
         check(
@@ -213,13 +229,39 @@ class SweepSpec:
             self.baseline in labels,
             f"baseline {self.baseline!r} is not one of the sweep's method labels: {', '.join(labels)}",
         )
-        for label, control in self.analysis.controls.items():
+        pairs = [(lab, c) for lab, c in self.analysis.controls.items()]
+        pairs += [(lab, c) for lab, cs in self.analysis.credit_controls.items() for c in cs]
+        for label, control in pairs:
             for x in (label, control):
                 check(
                     x in labels,
                     f"analysis.controls: {x!r} is not one of the sweep's method labels: {', '.join(labels)}",
                 )
         return entries
+
+    def _with_credit_controls(self, entries: list[MethodEntry]) -> list[MethodEntry]:
+        """``entries`` with each credit method's twin and placebo after it (``credit_controls``), and
+        ``analysis.credit_controls`` filled in for them."""
+        if not self.credit_controls:
+            return entries
+        from bench.core import build_config
+        from bench.registry import METHODS
+
+        out = []
+        for m in entries:
+            out.append(m)
+            cls = METHODS.get(m.name)
+            twin = None if m.placebo else cls(build_config(cls.Config, m.options, f"method {m.label!r}")).twin()
+            if twin is None:
+                continue
+            added = []
+            if "twin" in self.credit_controls:
+                added.append(MethodEntry(m.name, f"{m.label}-twin", {**m.options, **twin}, m.overrides))
+            if "placebo" in self.credit_controls:
+                added.append(MethodEntry(m.name, f"{m.label}-placebo", m.options, m.overrides, placebo=True))
+            out += added
+            self.analysis.credit_controls.setdefault(m.label, [a.label for a in added])
+        return out
 
 
 ENTRIES: dict[str, type] = {"tasks": TaskSpec, "eval_tasks": TaskSpec, "methods": MethodEntry, "models": ModelEntry}
@@ -241,7 +283,10 @@ def read_spec(path: str | Path) -> SweepSpec:
             f"{where}: expected a mapping of {', '.join(f.name for f in dataclasses.fields(SweepSpec))}"
         )
     try:
-        return SweepSpec(**vars(_parse(SweepSpec, _expand(raw))))
+        spec = SweepSpec(**vars(_parse(SweepSpec, _expand(raw))))
+        if spec.credit_controls:
+            spec.method_entries()  # names the twins and placebos in analysis.credit_controls
+        return spec
     except CreditBenchError as e:
         raise spec_error(path, str(e)) from None
 

@@ -7,7 +7,10 @@ independent ``creditbench train`` run, and where each run's result goes
 The spec's keys are those of :class:`bench.run.spec.SweepSpec` (its module docstring shows a whole
 spec; results/sweeps/ and results/papers/*.sweep.yaml are examples). A run's configuration is the
 ``base`` run YAML, then the spec's ``eval`` settings and eval tasks, then its ``overrides``, the
-model entry's and the method entry's (``method_overrides`` first), and the budget.
+model entry's and the method entry's (``method_overrides`` first), and the budget. Under a sample
+budget the eval schedule is in samples: ``eval.every`` rollout batches' worth (``eval.every_samples``,
+unless given), so every label is evaluated at the same sample counts however many samples its steps
+take (DAPO's refills), and no step generates past an eval point or the budget.
 
 Everything is validated before any run starts: loading a spec builds and resolves every run.
 """
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.config import RunConfig, TaskSpec
+from bench.config import EvalConfig, RunConfig, TaskSpec
 from bench.errors import CreditBenchError
 from bench.run.args import load_yaml, run_config
 from bench.run.result import RunResult
@@ -121,7 +124,7 @@ def _run_dict(
     d["seed"] = seed
     d.setdefault("model", {})["name"] = model.name
     d["task"] = dataclasses.asdict(task)
-    d["method"] = {"name": m.name, "options": copy.deepcopy(m.options)}
+    d["method"] = {"name": m.name, "options": copy.deepcopy(m.options)} | ({"placebo": True} if m.placebo else {})
     if spec.eval:
         d.setdefault("eval", {}).update(copy.deepcopy(spec.eval))
     if spec.eval_tasks:
@@ -135,6 +138,10 @@ def _run_dict(
         ppp, g = rl.get("prompts_per_step", 16), rl.get("group_size", 8)
         if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (ppp, g)):
             rl["steps"] = -(-budget["samples"] // (ppp * g))  # else the parser names the bad value
+            ev = d.setdefault("eval", {})
+            every = ev.get("every", EvalConfig.every)
+            if not ev.get("every_samples") and isinstance(every, int) and every > 0:
+                ev["every_samples"] = every * ppp * g  # every label evaluated at the same sample counts
     else:
         rl.setdefault("steps", 100_000)
     return d

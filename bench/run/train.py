@@ -234,6 +234,7 @@ def _record(
         lora_rank=cfg.model.lora.rank,
         seed=cfg.seed,
         steps=module.rl_step,
+        optimizer_steps=module.rl_step * cfg.rl.ppo_epochs * cfg.rl.minibatches - module.skipped_updates,
         samples=module.samples,
         tokens=module.tokens,
         wall_s=round(wall, 1),

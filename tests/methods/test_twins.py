@@ -166,7 +166,9 @@ def test_placebo_blame_alignment_is_at_chance():
         method_share.append(alignment(g, b.completion_mask, rows, tokens)["share"])
         b2 = random_batch(B=16, T=12, seed=seed)
         b2.entropy = b.entropy
-        a = alignment(-loss_grad(Placebo(cls(cls.Config()), seed=seed), b2, b.old_logprobs), b.completion_mask, rows, tokens)
+        a = alignment(
+            -loss_grad(Placebo(cls(cls.Config()), seed=seed), b2, b.old_logprobs), b.completion_mask, rows, tokens
+        )
         shares.append(a["share"]), fracs.append(a["rank_frac"]), uniform.append(a["uniform_share"])
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     assert mean(method_share) > 2 * mean(uniform)

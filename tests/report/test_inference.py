@@ -196,14 +196,14 @@ def test_tost_equivalence():
     }
     a = assess([compare(tight, "base", task="t", delta=0.02)])
     verdicts = {r.label: r.verdict for r in a.rows}
-    assert verdicts == {"far": "better", "same": "equivalent (±0.02)"}
-    # a real but small difference (+0.005, significant) shown to lie inside the margin: equivalent
+    assert verdicts == {"far": "better", "same": "better, within ±0.02"}  # significant and inside the margin
+    # a real but small difference (+0.005, significant) shown to lie inside the margin: both said
     small = {
         "base": {s: 0.5 + 0.01 * s for s in range(5)},
         "new": {s: 0.505 + 0.01 * s + 1e-4 * (-1) ** s for s in range(5)},
     }
     (row,) = assess([compare(small, "base", task="t", delta=0.02)]).rows
-    assert row.diff.p < 1e-6 and row.verdict == "equivalent (±0.02)"
+    assert row.diff.p < 1e-6 and row.verdict == "better, within ±0.02"
     assert assess([compare(small, "base", task="t")]).rows[0].verdict == "better"  # no margin, no TOST
     # a true difference at the margin: TOST claims equivalence at most alpha of the time
     y = 0.5 + rng.normal(0, 0.01, (2000, 2, S)) + np.array([[0.0], [0.02]])
@@ -229,9 +229,9 @@ def test_assessment_table_mde_line_and_json():
     text = markdown(a)
     assert "| label | task | mean [CI] | diff to baseline [CI] | p | p_Holm | p_BH | TOST verdict |" in text
     line = (
-        f"This design (6 seeds, 100 problems x 8 samples, 4 comparisons, Holm) detects a difference of "
-        f"{100 * a.mde[0]:.1f} points of pass@1 on `arith` with 80% power; differences smaller than that are not "
-        "resolved."
+        f"`arith`, each label vs `{comps[0].baseline}`: this design (6 seeds, 100 problems x 8 samples, 4 comparisons, "
+        f"Holm) detects a difference of {100 * a.mde[0]:.1f} points of pass@1 with 80% power; differences smaller "
+        "than that are not resolved."
     )
     assert line in text
     assert json.loads(json.dumps(a.to_dict()))["rows"][0]["label"] == "rloo"

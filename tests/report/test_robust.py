@@ -54,13 +54,13 @@ def test_probability_of_improvement_is_mann_whitney_u_over_nm_and_half_against_i
 
 
 def test_matches_rliables_own_metrics():
-    """The reference implementation, where the rliable package imports."""
-    metrics = pytest.importorskip("rliable.metrics")
+    """rliable 1.2.0's ``metrics.aggregate_iqm`` and ``metrics.probability_of_improvement`` on these
+    arrays give 0.4375 and 0.425 (computed once with the package; it is not a dependency)."""
     rng = np.random.default_rng(2)
     x, y = rng.integers(0, 8, (10, 4)) / 8, rng.integers(0, 8, (7, 4)) / 8
-    assert iqm(x) == pytest.approx(metrics.aggregate_iqm(x))
-    assert probability_of_improvement(x, y) == pytest.approx(metrics.probability_of_improvement(x, y))
-    assert probability_of_improvement(x, x) == pytest.approx(metrics.probability_of_improvement(x, x))
+    assert iqm(x) == pytest.approx(0.4375)
+    assert probability_of_improvement(x, y) == pytest.approx(0.425)
+    assert probability_of_improvement(x, x) == pytest.approx(0.5)
 
 
 def test_the_bootstrap_resamples_runs_within_each_task_and_each_array_separately():
