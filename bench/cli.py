@@ -199,7 +199,7 @@ def cmd_sweep(argv: list[str]) -> int:
         print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
         from bench.report.design import design_lines
 
-        print("\n".join(design_lines(sweep, a.results_dir)))
+        print("\n".join(design_lines(sweep, a.results_dir, a.jobs)))
         return 0
     report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate)
     print(markdown(report))

@@ -44,7 +44,7 @@ def _pilot_components(results_dir: str, pilot: str, task: str, metric: str) -> i
         return None
 
 
-def design_lines(sweep, results_dir: str = "results") -> list[str]:
+def design_lines(sweep, results_dir: str = "results", jobs: int = 1) -> list[str]:
     """The dry run's design lines: per training task the family size, the variance used and the MDE
     of the primary metric at the spec's seeds, eval problems and samples (and the seeds a 3-point
     and a 2-point MDE would need)."""
@@ -54,13 +54,22 @@ def design_lines(sweep, results_dir: str = "results") -> list[str]:
     models = list(dict.fromkeys(r.cfg.model.name for r in runs))
     tasks = list(dict.fromkeys(r.cfg.task.name for r in runs))
     seeds = len(sweep.spec.seeds)
-    m = (len(labels) - 1) * len(models) * len(tasks)
-    n_main = len([lab for lab in labels if lab not in a.controls])
+    placebos = {c for cs in a.credit_controls.values() for c in cs if c.endswith("-placebo")}
+    n_main = len([lab for lab in labels if lab not in a.controls and lab not in placebos])
+    m = (n_main - 1 + len(a.controls)) * len(models) * len(tasks)
+    m_credit = sum(len(cs) for cs in a.credit_controls.values()) * len(models) * len(tasks)
     cfg = runs[0].cfg
     n, problems = cfg.eval.n, cfg.eval.num_problems
     out = [
         f"design: {seeds} seeds x {len(labels)} labels x {len(models)} model(s) x {len(tasks)} task(s); "
-        f"{m} comparisons on {a.metric} (Holm, alpha {a.alpha}); eval {problems or 'all'} problems x {n} samples"
+        f"{m} comparisons with the baseline on {a.metric} (Holm, alpha {a.alpha})"
+        + (
+            f", and first {m_credit} of each credit method with its twin or placebo (Holm on their own)"
+            if m_credit
+            else ""
+        )
+        + f"; eval {problems or 'all'} problems x {n} samples",
+        cost_line(sweep, results_dir, jobs),
     ]
     if not problems:
         out.append("  (eval.num_problems 0: the task's whole eval split; the MDE below assumes 200 problems)")
@@ -85,13 +94,52 @@ def design_lines(sweep, results_dir: str = "results") -> list[str]:
                 "or analysis.pilot (a finished sweep's name)"
             )
             continue
-        args = (sd_train, sd_item)
-        mde = inference.design_mde(*args, seeds, problems, n, n_main, m, a.alpha, a.power)
-        design = (problems, n, n_main, m, a.alpha, a.power)
-        need = [inference.seeds_needed(t, *args, *design, max_seeds=200) for t in (0.03, 0.02)]
-        shown = "none (fewer than 2 seeds)" if mde is None else f"{100 * mde:.1f} points"
-        out.append(
-            f"  {task}: MDE of {a.metric} {shown} at {a.power:.0%} power; {source}; seeds for a 3-point MDE: "
-            f"{need[0] or '>200'}, for 2 points: {need[1] or '>200'}"
-        )
+        families = [("vs the baseline", n_main, m)] + ([("vs twin or placebo", 2, m_credit)] if m_credit else [])
+        for which, k, family in families[::-1]:
+            out.append(f"  {task}, {which}: " + _mde_text((sd_train, sd_item), seeds, (problems, n, k, family), a))
+        out.append(f"    ({source})")
     return out
+
+
+def _mde_text(sd: tuple[float, float], seeds: int, design: tuple, a) -> str:
+    """One family's MDE at ``seeds`` and the seeds a 3- and a 2-point MDE would need."""
+    mde = inference.design_mde(*sd, seeds, *design, a.alpha, a.power)
+    need = [inference.seeds_needed(t, *sd, *design, a.alpha, a.power, max_seeds=200) for t in (0.03, 0.02)]
+    shown = "none (fewer than 2 seeds)" if mde is None else f"{100 * mde:.1f} points"
+    return (
+        f"MDE of {a.metric} {shown} at {a.power:.0%} power ({design[3]} comparisons); seeds for a 3-point MDE: "
+        f"{need[0] or '>200'}, for 2 points: {need[1] or '>200'}"
+    )
+
+
+def cost_line(sweep, results_dir: str = "results", jobs: int = 1) -> str:
+    """What the sweep generates: its runs' training samples and eval completions, and, from the pilot's
+    runs (their mean run time per generated completion, training and eval alike), its run time."""
+    runs = sweep.runs
+    train = sum(r.cfg.rl.budget_samples for r in runs)
+    evals = sum(_eval_completions(r.cfg) for r in runs)
+    line = f"cost: {len(runs)} runs, {train:,} training samples and {evals:,} eval completions"
+    pilot = sweep.spec.analysis.pilot
+    if not pilot or not train:
+        return line
+    from bench.report.summary import load_runs
+
+    try:
+        done = load_runs(results_dir, pilot)
+    except CreditBenchError:
+        return line
+    per = sum(r.wall_s for r in done) / sum(r.samples + _eval_completions_done(r) for r in done)
+    total = per * (train + evals) / 60
+    return f"{line}; at the pace of pilot {pilot!r}'s runs about {total:,.0f} min of run time, {total / jobs:,.0f} min at --jobs {jobs}"
+
+
+def _eval_completions(cfg) -> int:
+    """Eval completions of one run: its eval points (step 0, each ``every_samples``, the end) x problems x n."""
+    e = cfg.eval
+    points = 1 + (-(-cfg.rl.budget_samples // e.every_samples) if e.every_samples else cfg.rl.steps // e.every + 1)
+    return points * (e.num_problems or 200) * e.n * (1 + len(e.tasks))
+
+
+def _eval_completions_done(run) -> int:
+    """Eval completions a finished run generated (its eval points x problems x n, every eval task)."""
+    return sum(len(p.per_problem.get(t, ())) * run.eval_n for p in run.history for t in p.eval)

@@ -5,8 +5,10 @@
     tasks: [arithmetic]                  # training task(s): a name or {name, options}
     eval_tasks: []                       # more tasks evaluated at every eval point
     methods:                             # a name, `all` (every registered method), or
-      - all                              #   {name, label, options, overrides}
+      - all                              #   {name, label, options, overrides, placebo, credit_controls}
       - {name: grpo, label: grpo-lora16, overrides: {model.lora.rank: 16}}
+      - {name: grpo_lambda, credit_controls: [twin]}   # this entry's credit controls only
+    credit_controls: [twin, placebo]     # each credit method's credit-off twin and placebo beside it
     method_overrides: {arca: {model.lora.rank: 16}}   # overrides for a method wherever it appears
     models: [tiny-500k, tiny-2m]         # tiny sizes, local directories or Hub ids; or {name, overrides}
     seeds: [0, 1]
@@ -68,6 +70,8 @@ class MethodEntry:
     """Dotted run config settings for this entry's runs (over method_overrides)."""
     placebo: bool = False
     """Train the method's placebo (its per-token credit permuted within each completion)."""
+    credit_controls: list[Control] | None = None
+    """This entry's credit controls instead of the spec's ``credit_controls`` ([] for none)."""
 
 
 @dataclass
@@ -214,6 +218,7 @@ class SweepSpec:
                 m.options,
                 {**(self.method_overrides.get(m.name) or {}), **m.overrides},
                 m.placebo,
+                m.credit_controls,
             )
             for m in entries
         ]
@@ -242,7 +247,7 @@ class SweepSpec:
     def _with_credit_controls(self, entries: list[MethodEntry]) -> list[MethodEntry]:
         """``entries`` with each credit method's twin and placebo after it (``credit_controls``), and
         ``analysis.credit_controls`` filled in for them."""
-        if not self.credit_controls:
+        if not self.credit_controls and all(m.credit_controls is None for m in entries):
             return entries
         from bench.core import build_config
         from bench.registry import METHODS
@@ -254,13 +259,14 @@ class SweepSpec:
             twin = None if m.placebo else cls(build_config(cls.Config, m.options, f"method {m.label!r}")).twin()
             if twin is None:
                 continue
-            added = []
-            if "twin" in self.credit_controls:
+            added, controls = [], self.credit_controls if m.credit_controls is None else m.credit_controls
+            if "twin" in controls:
                 added.append(MethodEntry(m.name, f"{m.label}-twin", {**m.options, **twin}, m.overrides))
-            if "placebo" in self.credit_controls:
+            if "placebo" in controls:
                 added.append(MethodEntry(m.name, f"{m.label}-placebo", m.options, m.overrides, placebo=True))
             out += added
-            self.analysis.credit_controls.setdefault(m.label, [a.label for a in added])
+            if added:
+                self.analysis.credit_controls.setdefault(m.label, [a.label for a in added])
         return out
 
 
@@ -284,7 +290,7 @@ def read_spec(path: str | Path) -> SweepSpec:
         )
     try:
         spec = SweepSpec(**vars(_parse(SweepSpec, _expand(raw))))
-        if spec.credit_controls:
+        if spec.credit_controls or any(m.credit_controls for m in spec.methods):
             spec.method_entries()  # names the twins and placebos in analysis.credit_controls
         return spec
     except CreditBenchError as e:

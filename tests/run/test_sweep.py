@@ -260,3 +260,48 @@ def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
     assert _comparable(again) == _comparable(cut)
     local = client.download_artifacts(parents[0].info.run_id, "report/summary.md", str(tmp_path))
     assert Path(local).read_text() == (Path(env["RESULTS"]) / "cut" / "summary.md").read_text()
+
+
+# ------------------------------------------------------------------ credit controls and one eval grid
+def test_credit_controls_expand_to_twins_and_placebos_compared_first(tmp_path):
+    spec = write_spec(
+        tmp_path,
+        methods=["grpo", "entropy_top", {"name": "grpo_lambda", "credit_controls": ["twin"]}],
+        credit_controls=["twin", "placebo"],
+    )
+    sweep = load_spec(spec)
+    labels = list(dict.fromkeys(r.label for r in sweep.runs))
+    assert labels == [
+        "grpo",
+        "entropy_top",
+        "entropy_top-twin",
+        "entropy_top-placebo",
+        "grpo_lambda",
+        "grpo_lambda-twin",
+    ]
+    cfg = {r.label: r.cfg for r in sweep.runs if r.cfg.seed == 0}
+    assert cfg["entropy_top-twin"].method.options == {"rho": 1.0} and not cfg["entropy_top-twin"].method.placebo
+    assert cfg["entropy_top-placebo"].method.placebo and cfg["entropy_top-placebo"].method.options == {}
+    assert cfg["grpo_lambda-twin"].method.options == {"lam": 0.0}
+    twin, method = cfg["entropy_top-twin"], cfg["entropy_top"]  # the twin's run differs in its options alone
+    assert {**vars(twin), "method": None, "tracking": None} == {**vars(method), "method": None, "tracking": None}
+    assert sweep.spec.analysis.credit_controls == {
+        "entropy_top": ["entropy_top-twin", "entropy_top-placebo"],
+        "grpo_lambda": ["grpo_lambda-twin"],
+    }
+    assert {r.cfg.eval.every_samples for r in sweep.runs} == {2 * 4 * 8}  # eval.every 2 batches of 32 samples
+
+
+def test_every_label_is_evaluated_at_the_same_sample_counts_and_no_budget_is_passed(tmp_path, env):
+    """DAPO's dynamic sampling refills its steps (more samples a step, fewer steps), yet its runs are
+    evaluated where GRPO's are and stop at the budget exactly; the report says so."""
+    spec = write_spec(tmp_path, name="grid", methods=["grpo", "entropy_top"], seeds=[0], credit_controls=["twin"])
+    subprocess.run(sweep_cmd(spec, env), env=env, check=True, capture_output=True, timeout=600)
+    report = json.loads((Path(env["RESULTS"]) / "grid" / "report.json").read_text())
+    rows = report["budgets"]
+    assert {r["label"] for r in rows} == {"grpo", "entropy_top", "entropy_top-twin"}
+    assert all(r["samples"] == [160, 160] and r["same_grid"] for r in rows)
+    assert {tuple(r["eval_samples"]) for r in rows} == {(0, 64, 128, 160)}
+    assert min(r["steps"][0] for r in rows if r["label"] != "grpo") < 5  # refills took fewer steps
+    family = report["analysis"]["credit"]["assessment"]["comparisons"]
+    assert [(c["baseline"], list(c["diffs"])) for c in family] == [("entropy_top-twin", ["entropy_top"])]
