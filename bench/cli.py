@@ -147,6 +147,7 @@ def cmd_summarize(argv: list[str]) -> int:
 
 def cmd_sweep(argv: list[str]) -> int:
     from bench.report.files import markdown, write_report
+    from bench.run import tuning
     from bench.run.launch import run_sweep
     from bench.run.sweep import load_spec
 
@@ -184,7 +185,7 @@ def cmd_sweep(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     if a.jobs < 1:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
-    sweep = load_spec(a.spec)
+    sweep = load_spec(a.spec, a.results_dir)
     if a.dry_run:
         _preflight(sweep, a.uri, here=a.plan)  # before the run list: a refused spec prints one line only
         plans: dict[str, str] = {}
@@ -197,10 +198,19 @@ def cmd_sweep(argv: list[str]) -> int:
                 plans[f"{r.label}/{r.cfg.model.name}"] = line  # seeds differ in nothing the plan sees
                 print(f"    {line}")
         print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
-        from bench.report.design import design_lines
+        from bench.report.design import cost_line, design_lines
 
         print("\n".join(design_lines(sweep, a.results_dir, a.jobs)))
+        if sweep.spec.tune is not None:
+            tuned = load_spec(a.spec, a.results_dir, tuning=True)
+            done = "done: results/{0}/tuning.json" if tuning.read(a.results_dir, sweep.name) else "first: {1} runs"
+            print(f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs)}")
         return 0
+    if sweep.spec.tune is not None and tuning.read(a.results_dir, sweep.name) is None:
+        tuned = load_spec(a.spec, a.results_dir, tuning=True)
+        run_sweep(tuned, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate)
+        tuning.write(sweep.spec, tuned, a.results_dir)
+        sweep = load_spec(a.spec, a.results_dir)  # its runs at the chosen points
     report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate)
     print(markdown(report))
     print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")

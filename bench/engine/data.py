@@ -126,8 +126,13 @@ class PromptDataModule(L.LightningDataModule):
             tasks = self.eval_tasks or {"": self.task}
             self.eval_sets = []
             for task in tasks.values():
-                ev = load_split(task, "eval")
-                self.eval_sets.append(ev.select(range(min(self.eval_cfg.num_problems, len(ev)))))
+                ev, first = load_split(task, "eval"), self.eval_cfg.first_problem
+                if first >= len(ev):
+                    raise CreditBenchError(
+                        f"eval.first_problem ({first}) is past the end of task {task.name!r}'s eval split "
+                        f"({len(ev)} problems); give a task with more eval problems or a smaller eval.num_problems"
+                    )
+                self.eval_sets.append(ev.select(range(first, min(first + self.eval_cfg.num_problems, len(ev)))))
             self.eval_rows = self.eval_sets[0]
 
     def train_dataloader(self) -> DataLoader:

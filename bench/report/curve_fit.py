@@ -18,6 +18,8 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -206,6 +208,12 @@ def fit_sweep(runs: list[RunResult], n_boot: int = 1000, seed: int = 0) -> list[
         | {"extrapolation": extrapolation_check(g, task, n_boot=n_boot, seed=seed)}
         for (_, _, task), g in sorted(groups.items())
     ]
+
+
+def to_json(f: dict) -> dict:
+    """A fit_label (or fit_sweep) result with its Fit as a mapping and its intervals as lists (report.json)."""
+    out = {k: (dataclasses.asdict(v) if isinstance(v, Fit) else v) for k, v in f.items()}
+    return json.loads(json.dumps(out, default=list))
 
 
 def _cell(fit: Fit | None, interval: dict | None, key: str, fmt: str) -> str:

@@ -130,7 +130,8 @@ def cost_line(sweep, results_dir: str = "results", jobs: int = 1) -> str:
         return line
     per = sum(r.wall_s for r in done) / sum(r.samples + _eval_completions_done(r) for r in done)
     total = per * (train + evals) / 60
-    return f"{line}; at the pace of pilot {pilot!r}'s runs about {total:,.0f} min of run time, {total / jobs:,.0f} min at --jobs {jobs}"
+    pace = f"at the pace of pilot {pilot!r}'s runs"
+    return f"{line}; {pace} about {total:,.0f} min of run time, {total / jobs:,.0f} min at --jobs {jobs}"
 
 
 def _eval_completions(cfg) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.report.comparisons import blame_markdown
 from bench.report.summary import build_report, load_runs
+from bench.run import tuning
 from bench.run.fingerprint import describe
 from bench.run.sweep import Sweep
 
@@ -80,6 +81,7 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |"
             )
         out.append("")
+    out += tuning.markdown(report["tuning"]) if report.get("tuning") else []
     out += _budget_markdown(report.get("budgets") or [])
     a = report.get("analysis") or {}
     if a.get("credit"):
@@ -108,6 +110,19 @@ def markdown(report: dict[str, Any]) -> str:
             a["markdown"],
             "",
         ]
+    if report.get("robust"):
+        out += [
+            "## Robust summaries",
+            "",
+            "rliable's (Agarwal et al. 2021): the interquartile mean of the final pass@1 over seeds (and training "
+            "tasks), and the probability that a run of the label beats a run of its control (its twin where it "
+            "has one, else the baseline), each with a stratified-bootstrap 95% interval over seeds.",
+            "",
+            report["robust"]["markdown"],
+            "",
+        ]
+    if report.get("curve_fit"):
+        out += ["## Asymptote or efficiency", "", report["curve_fit"]["markdown"], ""]
     out += blame_markdown(report.get("blame") or [])
     if report.get("fingerprint"):
         out += ["", f"Numerics: {describe(report['fingerprint'])} (docs/reproducibility.md)."]
@@ -191,6 +206,7 @@ def write_report(sweep: Sweep, results_dir: str = "results", plots: bool = True)
     runs = load_runs(results_dir, sweep.name, [r.key for r in sweep.runs])
     spec = sweep.spec
     report = build_report(runs, sweep.baseline, spec.target, sweep.budget, sweep.name, spec.target_of, spec.analysis)
+    report["tuning"] = tuning.read(results_dir, sweep.name)
     write_files(report, Path(results_dir) / sweep.name, plots)
     return report
 
@@ -209,13 +225,14 @@ def summarize(results_dir: str, sweep: str, plots: bool = True, log=print) -> tu
         report = build_report(runs, sweep=sweep)
     else:
         spec = read_spec(out / "sweep.yaml")
-        keys = {r.key for r in load_spec(out / "sweep.yaml").runs}
+        keys = {r.key for r in load_spec(out / "sweep.yaml", results_dir).runs}
         left = [r.run_name for r in runs if r.run_name not in keys]
         runs = [r for r in runs if r.run_name in keys] or runs
         if left and len(runs) < len(left) + len(runs):
             log(f"left out {len(left)} result(s) in {out}/runs that the sweep's spec does not name (e.g. {left[0]})")
         budget = spec.budget.as_dict()
         report = build_report(runs, spec.baseline, spec.target, budget, sweep, spec.target_of, spec.analysis)
+        report["tuning"] = tuning.read(results_dir, sweep)
     if report["baseline"] not in {r.label for r in runs}:
         report["baseline"] = ""
     return report, write_files(report, out, plots=plots)

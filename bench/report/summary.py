@@ -112,11 +112,38 @@ def build_report(
         "rows": rows,
         "analysis": analyse(runs, baseline, analysis or Analysis()),
         "budgets": budget_rows(runs),
+        "robust": _robust(runs, baseline, analysis or Analysis()),
+        "curve_fit": _curve_fit(runs),
         "blame": blame_table(runs),
         "credit_maps": _credit_maps(runs),
         "fingerprint": common([r.fingerprint for r in runs]),
         "bases": [json.loads(b) for b in sorted({json.dumps(r.base_checkpoint, sort_keys=True) for r in runs})],
     }
+
+
+def _robust(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[str, Any]:
+    """rliable's summaries (bench.report.robust): IQM and P(label > its control), the control a credit
+    method's first credit control (its twin) where it has one, else its analysis control or the baseline."""
+    from bench.report import robust
+
+    controls = {**analysis.controls, **{lab: cs[0] for lab, cs in analysis.credit_controls.items() if cs}}
+    rows = robust.summaries(runs, baseline, analysis.metric, controls)
+    return {"rows": rows, "markdown": "\n".join(robust.markdown(rows))}
+
+
+def _curve_fit(runs: list[RunResult]) -> dict[str, Any]:
+    """ScaleRL's saturating curve per label (bench.report.curve_fit): asymptote vs efficiency."""
+    from bench.report import curve_fit
+
+    fits = curve_fit.fit_sweep(runs)
+    text = "\n".join(curve_fit.markdown(fits))
+    if fits and not any(f["identifiable"] for f in fits):  # one sentence, not a table of the same reason
+        text = (
+            "Not fitted: ScaleRL's curve R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) has 3 free parameters and no "
+            f"label was evaluated at more than {max(f['points'] for f in fits)} sample counts after C = 0; a sweep "
+            "evaluated more often over a longer budget can tell the asymptote A from the efficiency C_mid."
+        )
+    return {"fits": [curve_fit.to_json(f) for f in fits], "markdown": text}
 
 
 def budget_rows(runs: list[RunResult]) -> list[dict[str, Any]]:

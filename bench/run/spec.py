@@ -20,6 +20,7 @@
     target_of: gain                      # or final: 0.9 x the baseline's final pass@1
     threads: 1                           # torch threads per run (default: cores // jobs)
     analysis: {margin: 0.03, controls: {arca: grpo-lora16}, sd_train: 0.02, sd_item: 0.45}
+    tune: {lr: [5.0e-5, 1.0e-4, 2.0e-4], seeds: [100, 101, 102], knobs: {entropy_top: {rho: [0.1, 0.2]}}}
 
 A spec is parsed like a run config: jsonargparse checks every value against the dataclasses below,
 whose field docstrings document the keys. Two shorthands are expanded first: a list key given a
@@ -143,6 +144,29 @@ class Analysis:
 
 
 @dataclass
+class Tune:
+    """Learning rates tuned with an equal budget before the verdict (bench.run.tuning): every label (twins
+    and placebos included) runs every grid point on the tuning seeds at the sweep's budget, is scored on
+    eval problems after the verdict's, and keeps its best point for the evaluation seeds."""
+
+    lr: list[float]
+    """The rl.lr grid."""
+    seeds: list[int]
+    """Tuning seeds, disjoint from the sweep's seeds: no verdict sees a run that chose its settings."""
+    knobs: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    """Method name -> {option: values}: at most one declared knob per method, tuned with the lr."""
+
+    def __post_init__(self) -> None:
+        check(len(self.lr) > 0 and all(x > 0 for x in self.lr), f"tune.lr must list learning rates > 0, got {self.lr}")
+        check(len(self.seeds) > 0, "tune.seeds must list at least one tuning seed")
+        for method, knob in self.knobs.items():
+            check(
+                isinstance(knob, dict) and len(knob) == 1 and all(isinstance(v, list) and v for v in knob.values()),
+                f"tune.knobs.{method} must be one option with a list of values ({{option: [v1, v2]}}), got {knob!r}",
+            )
+
+
+@dataclass
 class SweepSpec:
     name: str
     """results/<name>/ and the parent MLflow run's name: a plain directory name."""
@@ -181,6 +205,8 @@ class SweepSpec:
     analysis: Analysis = field(default_factory=Analysis)
     """The comparison's statistics: primary metric, alpha, power, equivalence margin, controls and the
     variance prior of ``--dry_run``."""
+    tune: Tune | None = None
+    """Tune each label's rl.lr (and at most one knob per method) on tuning seeds before the sweep."""
     credit_controls: list[Control] = field(default_factory=list)
     """Add beside every method entry whose credit is not uniform its credit-off twin (``twin``: label
     <label>-twin, the method's declared twin options over the entry's) and its placebo (``placebo``:
@@ -195,6 +221,9 @@ class SweepSpec:
             check(getattr(self, key) != [], f"{key} must list at least one entry")
         check(self.threads >= 0, f"threads must be an integer >= 0, got {self.threads}")
         check(0 < self.target <= 1, f"target must be in (0, 1], got {self.target}")
+        if self.tune is not None:
+            both = sorted(set(self.tune.seeds) & set(self.seeds))
+            check(not both, f"tune.seeds must be disjoint from seeds (the verdict's); both have {both}")
 
     def method_entries(self) -> list[MethodEntry]:
         """Every method entry with its label and all its overrides, `all` expanded to the registered

@@ -71,23 +71,30 @@ class Sweep:
 
 
 # ------------------------------------------------------------------ loading and validation
-def load_spec(path: str | Path) -> Sweep:
+def load_spec(path: str | Path, results_dir: str | Path = "results", tuning: bool = False) -> Sweep:
     """Parse and validate a sweep spec completely (every run's configuration is built and resolved,
     which checks method, task and model names, options and value ranges) without starting anything;
-    an error names the file and line it comes from."""
+    an error names the file and line it comes from. A spec with ``tune`` gives its runs the grid points
+    results/<name>/tuning.json chose (the spec's own settings until it exists); ``tuning`` gives its
+    tuning sweep instead (bench.run.tuning)."""
+    from bench.run import tuning as tune
+
     path = Path(path)
     spec = read_spec(path)
     try:
-        return _load(spec, path)
+        if tuning:
+            return _load(tune.tuning_spec(spec), path)
+        return _load(spec, path, tune.read(results_dir, spec.name) if spec.tune else None)
     except CreditBenchError as e:  # at the line of the spec, else of its base config, that the error names
         raise spec_error(path, str(e).removeprefix(f"sweep spec {path}: "), spec.base) from None
 
 
-def _load(spec: SweepSpec, path: Path) -> Sweep:
+def _load(spec: SweepSpec, path: Path, tuned: dict[str, Any] | None = None) -> Sweep:
     from bench.run.resolve import resolve
+    from bench.run.tuning import apply
 
     where = f"sweep spec {path}"
-    methods = spec.method_entries()
+    methods = spec.method_entries() if tuned is None else apply(spec, tuned, spec.method_entries())
     base = _base_config(spec.base, path)
     tasks = spec.tasks or [TaskSpec(base.get("task", {}).get("name", "arithmetic"))]
     runs = []

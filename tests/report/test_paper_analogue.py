@@ -1,8 +1,10 @@
 """The embedded analogue of a paper's table (bench/report/papers/analogue.py): the paper's
-configurations measured at a scale the suite runs anywhere, set beside the paper's values."""
+configurations measured at a scale the suite runs anywhere, set beside the paper's values, and each
+comparison the paper claims beside the same comparison in a sweep's report."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,7 +12,9 @@ import pytest
 from scipy import stats
 
 from bench.report import papers
+from bench.report.papers import analogue
 from bench.report.papers import data as paper_data
+from tests.report.test_papers import _table_row, _write_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,3 +76,118 @@ def test_the_arca_analogue_runs_the_papers_configurations():
     for run in loaded.runs:
         assert run.cfg.model.name.startswith("tiny-") and run.cfg.eval.greedy and run.cfg.model.lora.rank > 0
         assert run.cfg.model.lora.alpha == 2 * run.cfg.model.lora.rank
+
+
+# ------------------------------------------------------------------------- the paper's claims
+
+CHAIN, ARITH = "chain (tiny-500k)", "arithmetic (tiny-500k)"
+
+
+def _family(comparisons: list[tuple[str, str, dict[str, tuple], float | None]]) -> dict:
+    """A report family (``analysis.assessment``) from (baseline, task, {label: (value, lo, hi, p_holm,
+    verdict)}, mde) per comparison; its rows in the comparisons' order, as bench/report/inference.py
+    writes them."""
+    rows, out = [], []
+    for baseline, task, diffs, _ in comparisons:
+        out.append({"baseline": baseline, "task": task, "diffs": {lab: {"value": d[0]} for lab, d in diffs.items()}})
+        for lab, (value, lo, hi, p_holm, verdict) in diffs.items():
+            diff = {"value": value, "lo": lo, "hi": hi, "p": p_holm, "p_tost": None}
+            rows.append({"label": lab, "task": task, "diff": diff, "p_holm": p_holm, "verdict": verdict})
+    return {"alpha": 0.05, "m": len(rows), "rows": rows, "mde": [c[3] for c in comparisons], "comparisons": out}
+
+
+def _flagship(credit: bool = True) -> dict:
+    """An embedded report: S-trace worse than GRPO on chain (p_Holm 0.044) but better than its twin
+    (p_Holm 0.004); on arithmetic S-trace's numbers differ, so a wrong task would show."""
+    worse = {
+        "entropy_top": (-0.070, -0.089, -0.052, 1e-9, "worse"),
+        "s_trace": (-0.026, -0.044, -0.008, 0.044, "worse"),
+    }
+    secondary = [
+        ("grpo", CHAIN, worse, 0.034),
+        ("grpo", ARITH, {"s_trace": (-0.0125, -0.026, 0.001, 0.40, "equivalent (±0.03)")}, 0.025),
+    ]
+    primary = [
+        ("entropy_top-twin", CHAIN, {"entropy_top": (-0.015, -0.034, 0.004, 0.30, "inconclusive")}, 0.028),
+        ("s_trace-twin", CHAIN, {"s_trace": (0.031, 0.012, 0.050, 0.004, "better")}, 0.028),
+        ("s_trace-placebo", CHAIN, {"s_trace": (0.002, -0.017, 0.021, 1.0, "inconclusive")}, 0.028),
+    ]
+    analysis = {"metric": "pass_at_1", "assessment": _family(secondary)}
+    if credit:
+        analysis["credit"] = {"assessment": _family(primary)}
+    return {"sweep": "embedded", "baseline": "grpo", "rows": [], "analysis": analysis}
+
+
+def test_selective_traces_analogue_names_both_comparisons(tmp_path):
+    """S-trace vs GRPO: -2.6 [-4.4, -0.8] points, significant against the paper's +0.49..+3.16, so
+    it disagrees; vs its twin (GSPO's uniform trace): +3.1 [+1.2, +5.0], significant and the
+    direction the paper claims, so it agrees. The placebo and arithmetic rows are not taken."""
+    _write_report(tmp_path, _flagship())
+    out = papers.table("selective_traces", results_dir=tmp_path)
+    assert "### Embedded analogue (tiny-500k, chain; not a reproduction)" in out
+    assert _table_row(out, "`s_trace` vs `grpo`") == [
+        "S-trace vs GRPO",
+        "pass@16: +0.49 Qwen3-1.7B, +3.16 Qwen3-4B, +2.98 Qwen3-8B",
+        "`s_trace` vs `grpo`: the whole recipe",
+        "-2.6 [-4.4, -0.8]",
+        "worse (p_Holm 0.044), secondary",
+        "disagrees",
+    ]
+    cells = _table_row(out, "`s_trace` vs `s_trace-twin`")
+    assert cells[0] == "S-trace vs GSPO (its uniform-credit special case)" and cells[1].startswith("none stated")
+    assert cells[3:] == ["+3.1 [+1.2, +5.0]", "better (p_Holm 0.004), primary", "agrees"]
+
+
+@pytest.mark.parametrize(
+    "sign, diff, significant, mdd, expected",
+    [
+        (1, 0.03, True, 0.02, "agrees"),
+        (-1, -0.03, True, 0.02, "agrees"),
+        (1, -0.03, True, 0.02, "disagrees"),
+        (1, 0.03, False, 0.0337, "not resolved (MDE 3.4 points)"),
+        (1, -0.03, False, None, "not resolved (no MDE: under 3 seeds)"),
+        (0, 0.03, True, 0.02, "no sign to compare (the paper's numbers differ in sign)"),
+    ],
+)
+def test_agreement(sign, diff, significant, mdd, expected):
+    assert analogue.agreement(sign, diff, significant, mdd) == expected
+
+
+def test_agreement_needs_holm_significance_and_the_papers_sign(tmp_path):
+    """GRPO-lambda vs GRPO: +1.0 points with raw p 0.01 but p_Holm 0.20 is not resolved; ARCA's
+    paper numbers differ in sign (greedy 0.590 - 0.620 = -3.00, pass@4 0.680 - 0.675 = +0.50), so a
+    significant analogue has no sign to agree with."""
+    report = _flagship()
+    report["analysis"]["assessment"] = _family(
+        [("grpo", CHAIN, {"grpo_lambda": (0.010, 0.001, 0.019, 0.20, "inconclusive")}, 0.034)]
+    )
+    _write_report(tmp_path, report)
+    cells = _table_row(papers.table("grpo_lambda", results_dir=tmp_path), "`grpo_lambda` vs `grpo`")
+    assert cells[1] == "pass@1: +4.50 DeepSeek-R1-Distill-Qwen-7B, > +3.00 all models (1.5B-7B)"
+    assert cells[3:] == ["+1.0 [+0.1, +1.9]", "inconclusive (p_Holm 0.200), secondary", "not resolved (MDE 3.4 points)"]
+
+    arca = {"sweep": "paper-arca-embedded", "baseline": "uniform-r64", "rows": []}
+    better = {"arca-r64": (0.05, 0.02, 0.08, 0.01, "better")}
+    arca["analysis"] = {"metric": "pass_at_1", "assessment": _family([("uniform-r64", ARITH, better, 0.07)])}
+    _write_report(tmp_path, arca)
+    cells = _table_row(papers.table("arca", results_dir=tmp_path), "`arca-r64` vs `uniform-r64`")
+    assert cells[1] == "greedy acc: -3.00; pass@4: +0.50"
+    assert cells[5] == "no sign to compare (the paper's numbers differ in sign)"
+
+
+def test_missing_analogue_is_said_in_words(tmp_path):
+    """No report: both rows say so; a report without the credit family (or without any analysis)
+    names the comparison it lacks; neither is an error."""
+    out = papers.table("selective_traces", results_dir=tmp_path)
+    for pair in ("`s_trace` vs `grpo`", "`s_trace` vs `s_trace-twin`"):
+        assert _table_row(out, pair)[3:] == ["not run in results/embedded (no report.json)", "-", "-"]
+    _write_report(tmp_path, _flagship(credit=False))
+    out = papers.table("selective_traces", results_dir=tmp_path)
+    assert _table_row(out, "`s_trace` vs `grpo`")[5] == "disagrees"
+    assert _table_row(out, "`s_trace` vs `s_trace-twin`")[3] == (
+        "not run in results/embedded (no `s_trace` vs `s_trace-twin` on chain)"
+    )
+    (tmp_path / "embedded" / "report.json").write_text(json.dumps({"sweep": "embedded", "rows": []}))
+    out = papers.table("grpo_lambda", results_dir=tmp_path)
+    assert _table_row(out, "`grpo_lambda` vs `grpo`")[3].startswith("not run in results/embedded (no `grpo_lambda`")
+    assert "analogue Δ , points" not in out and "| analogue Δ, points |" in out

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,7 @@ def test_credit_controls_expand_to_twins_and_placebos_compared_first(tmp_path):
     assert {r.cfg.eval.every_samples for r in sweep.runs} == {2 * 4 * 8}  # eval.every 2 batches of 32 samples
 
 
+@pytest.mark.slow
 def test_every_label_is_evaluated_at_the_same_sample_counts_and_no_budget_is_passed(tmp_path, env):
     """DAPO's dynamic sampling refills its steps (more samples a step, fewer steps), yet its runs are
     evaluated where GRPO's are and stop at the budget exactly; the report says so."""
@@ -305,3 +307,45 @@ def test_every_label_is_evaluated_at_the_same_sample_counts_and_no_budget_is_pas
     assert min(r["steps"][0] for r in rows if r["label"] != "grpo") < 5  # refills took fewer steps
     family = report["analysis"]["credit"]["assessment"]["comparisons"]
     assert [(c["baseline"], list(c["diffs"])) for c in family] == [("entropy_top-twin", ["entropy_top"])]
+
+
+# ------------------------------------------------------------------ learning rates tuned with an equal budget
+def test_tuning_runs_every_label_on_its_own_seeds_and_problems(tmp_path):
+    tune = {"lr": [5.0e-4, 1.0e-3], "seeds": [10, 11], "knobs": {"entropy_top": {"rho": [0.1, 0.2]}}}
+    spec = write_spec(tmp_path, methods=["grpo", "entropy_top"], credit_controls=["twin"], tune=tune)
+    tuned, sweep = load_spec(spec, tmp_path, tuning=True), load_spec(spec, tmp_path)
+    per_label = defaultdict(int)
+    for r in tuned.runs:
+        per_label[r.label.split("@")[0]] += 1
+    # twins too, and the knob's grid spent on the twin as on its method: the same runs for every label
+    assert dict(per_label) == {"grpo": 4, "entropy_top": 8, "entropy_top-twin": 8}
+    assert {r.cfg.seed for r in tuned.runs} == {10, 11} and {r.cfg.seed for r in sweep.runs} == {0, 1}
+    problems = {r.cfg.eval.num_problems for r in tuned.runs}
+    assert {r.cfg.eval.first_problem for r in tuned.runs} == problems and {
+        r.cfg.eval.first_problem for r in sweep.runs
+    } == {0}
+    assert {r.cfg.rl.budget_samples for r in tuned.runs} == {r.cfg.rl.budget_samples for r in sweep.runs}
+    with pytest.raises(CreditBenchError, match=r"tune.seeds must be disjoint from seeds .* \[1\]"):
+        load_spec(write_spec(tmp_path, tune={**tune, "seeds": [1, 12]}))
+
+
+@pytest.mark.slow
+def test_tuning_chooses_on_its_runs_and_the_sweep_runs_at_the_choice(tmp_path, env):
+    """The whole protocol on a tiny sweep: the tuning sweep runs first, each label keeps its best point,
+    the evaluation seeds' runs use it, and the report shows the choice; the verdict's runs only."""
+    tune = {"lr": [1.0e-4, 1.0e-3], "seeds": [7]}
+    spec = write_spec(tmp_path, name="tuned", methods=["grpo", "gspo"], seeds=[0], tune=tune, budget={"samples": 64})
+    subprocess.run(sweep_cmd(spec, env), env=env, check=True, capture_output=True, timeout=600)
+    results = Path(env["RESULTS"])
+    choice = json.loads((results / "tuned" / "tuning.json").read_text())
+    assert choice["runs"] == 4 and set(choice["labels"]) == {"grpo", "gspo"}
+    for label, v in choice["labels"].items():
+        best = max(v["grid"], key=lambda t: t["mean"])
+        assert v["chosen"] == best["point"]
+        run = json.loads((results / "tuned" / "runs" / f"{label}-arithmetic-tiny-500k-seed0.json").read_text())
+        assert run["seed"] == 0
+    report = json.loads((results / "tuned" / "report.json").read_text())
+    assert report["tuning"] == choice and report["runs"] == 2
+    assert "## Tuning" in (results / "tuned" / "summary.md").read_text()
+    lrs = {r.label: r.cfg.rl.lr for r in load_spec(spec, results).runs}
+    assert lrs == {label: v["chosen"]["lr"] for label, v in choice["labels"].items()}

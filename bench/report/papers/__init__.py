@@ -280,8 +280,9 @@ def table(
     results_dir: Path | str = "results",
     papers_dir: Path | str | None = None,
 ) -> str:
-    """Load the paper and the sweeps' reports (default: the paper's own sweep) and render the table."""
-    from bench.report.papers.analogue import analogue_section
+    """Load the paper and the sweeps' reports (default: the paper's own sweep) and render the table,
+    then its embedded analogues (bench/report/papers/analogue.py)."""
+    from bench.report.papers.analogue import analogue_section, claims_section
 
     paper = load_paper(paper_name, papers_dir)
     names = list(sweeps) if sweeps else [sweep_name(paper)]
@@ -294,8 +295,9 @@ def table(
             f"no report.json for sweep {', '.join(map(repr, sweeps))} in {results_dir}/."
             f"{suggestion(sweeps[0], reported)} Sweeps with a report: {', '.join(reported) or '(none)'}."
         )
-    analogue = analogue_section(paper, results_dir)
-    return render(paper, [(s, load_report(results_dir, s)) for s in names]) + (f"\n\n{analogue}" if analogue else "")
+    sections = [analogue_section(paper, results_dir), claims_section(paper, results_dir)]
+    tables = [render(paper, [(s, load_report(results_dir, s)) for s in names])] + [s for s in sections if s]
+    return "\n\n".join(tables)
 
 
 def main(argv: list[str] | None = None) -> int:
