@@ -28,7 +28,7 @@ from scipy.optimize import least_squares
 from scipy.special import expit
 
 from bench.errors import CreditBenchError
-from bench.run.result import RunResult
+from bench.run.result import RunResult, load_runs
 
 B_RANGE = (0.1, 5.0)
 A_WIDTH = 0.1
@@ -249,7 +249,6 @@ def markdown(fits: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.report.summary import load_runs
     from bench.run.args import ArgumentParser
 
     ap = ArgumentParser(prog="python -m bench.report.curve_fit", description=__doc__.split("\n\n")[0])

@@ -133,6 +133,28 @@ def sweep_comparisons(results: Path, sweep: str) -> tuple[str, str]:
     return report["analysis"]["markdown"], f"{sweep}/report.json"
 
 
+def sweep_credit(results: Path, sweep: str) -> tuple[str, str]:
+    """The report's primary family: each credit method against its twin and its placebo, and its MDE lines."""
+    report = _report(results, sweep)
+    credit = (report.get("analysis") or {}).get("credit")
+    if not credit:
+        raise CreditBenchError(f"results/{sweep}/report.json has no credit comparisons (no credit_controls)")
+    return credit["markdown"], f"{sweep}/report.json"
+
+
+def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
+    """The tables of one of the report's sections (``budget``, ``robust``)."""
+    from bench.report.files import budget_markdown
+
+    report = _report(results, sweep)
+    lines = budget_markdown(report.get("budgets") or []) if kind == "budget" else []
+    lines = lines or (report.get(kind) or {}).get("markdown", "").split("\n")
+    table = [line for line in lines if line.startswith("|")]
+    if not table:
+        raise CreditBenchError(f"results/{sweep}/report.json has no {kind} section")
+    return "\n".join(table), f"{sweep}/report.json"
+
+
 def sweep_blame(results: Path, sweep: str) -> tuple[str, str]:
     """The report's blame-alignment table (without its heading and explanation)."""
     from bench.report.comparisons import blame_markdown
@@ -199,9 +221,13 @@ def generate(source: str, results: Path) -> tuple[str, str]:
         return sweep_comparisons(results, sweep)
     if kind == "blame" and sweep:
         return sweep_blame(results, sweep)
+    if kind == "credit" and sweep:
+        return sweep_credit(results, sweep)
+    if kind in ("budget", "robust") and sweep:
+        return sweep_section(results, sweep, kind)
     raise CreditBenchError(
-        f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, SWEEP/comparisons, SWEEP/blame, "
-        "papers/NAME/analogue or PATH.md[#N]"
+        f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, SWEEP/credit, SWEEP/comparisons, "
+        "SWEEP/budget, SWEEP/robust, SWEEP/blame, papers/NAME/analogue or PATH.md[#N]"
     )
 
 

@@ -82,7 +82,7 @@ def markdown(report: dict[str, Any]) -> str:
             )
         out.append("")
     out += tuning.markdown(report["tuning"]) if report.get("tuning") else []
-    out += _budget_markdown(report.get("budgets") or [])
+    out += budget_markdown(report.get("budgets") or [])
     a = report.get("analysis") or {}
     if a.get("credit"):
         out += [
@@ -129,7 +129,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
+def budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """What each label's runs spent and where they were evaluated (report["budgets"])."""
     if not rows:
         return []

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from bench.errors import CreditBenchError
 from bench.report.comparisons import analyse, blame_table, difference, interval
 from bench.report.stats import cost_to_target, curve_auc
 from bench.run.fingerprint import common
-from bench.run.result import RunResult
+from bench.run.result import RunResult, load_runs  # noqa: F401 (load_runs: the report's entry point)
 from bench.run.spec import TARGETS, Analysis, SweepSpec
 
 RUN_METRICS = (
@@ -54,19 +53,6 @@ OPTIONAL_METRICS = {
 """Per-run values a row has when its runs recorded them -> where: ``greedy`` is the final eval's
 greedy accuracy (eval.greedy), the others RunResult.train's means over the RL steps (the average
 train reward, the effective credit's and ARCA's weights' Gini and effective-token ratio)."""
-
-
-def load_runs(results_dir: str, sweep: str, keys: list[str] | None = None) -> list[RunResult]:
-    """The finished runs of a sweep (those of ``keys`` only, when given) from results/<sweep>/runs/."""
-    folder = Path(results_dir) / sweep / "runs"
-    paths = [folder / f"{k}.json" for k in keys] if keys is not None else sorted(folder.glob("*.json"))
-    runs = [RunResult.load(p) for p in paths if p.is_file()]
-    if not runs:
-        root = Path(results_dir)
-        have = sorted({q.parent.parent.name for q in root.glob("*/runs/*.json")}) if root.is_dir() else []
-        hint = f" (sweeps with finished runs in {results_dir}: {', '.join(have)})" if have else ""
-        raise CreditBenchError(f"no finished runs under {folder}; run the sweep first{hint}")
-    return runs
 
 
 def _curves(run: RunResult, eval_task: str) -> tuple[list[float], list[float], list[float]]:

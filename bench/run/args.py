@@ -9,13 +9,17 @@ negative number is a value, not an option: ``--rl.lr -1e-4`` works as ``--rl.lr=
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import re
 import sys
+import types
+import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
+from jsonargparse.typing import PositiveInt
 
 if TYPE_CHECKING:
     from bench.config import RunConfig
@@ -322,3 +326,22 @@ def config_yaml(cfg: RunConfig) -> str:
     import json
 
     return yaml.dump(json.loads(json.dumps(dataclasses.asdict(cfg))), Dumper=_ConfigDumper, sort_keys=False)
+
+
+WORDS = {int: "an integer", PositiveInt: "a positive integer", float: "a number", str: "a string"}
+
+
+def describe_type(hint: Any) -> str:
+    """What a value of type ``hint`` is, in words: "a positive integer", "integers", "one of a, b"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe_type(a) for a in args if a is not type(None))
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin is list:
+        return describe_type(args[0]).split(" ", 1)[-1] + "s"  # "an integer" -> "integers"
+    if origin is dict or hint is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(hint):
+        return getattr(hint, "FORM", f"a mapping of {', '.join(f.name for f in dataclasses.fields(hint))}")
+    return WORDS.get(hint, getattr(hint, "__name__", str(hint)))

@@ -197,3 +197,16 @@ def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:
     d = np.asarray(after) - np.asarray(before)
     se = standard_error(d)
     return {"delta": float(d.mean()), "se": se, "z": float(d.mean() / se) if se > 0 else float("nan")}
+
+
+def load_runs(results_dir: str, sweep: str, keys: list[str] | None = None) -> list[RunResult]:
+    """The finished runs of a sweep (those of ``keys`` only, when given) from results/<sweep>/runs/."""
+    folder = Path(results_dir) / sweep / "runs"
+    paths = [folder / f"{k}.json" for k in keys] if keys is not None else sorted(folder.glob("*.json"))
+    runs = [RunResult.load(p) for p in paths if p.is_file()]
+    if not runs:
+        root = Path(results_dir)
+        have = sorted({q.parent.parent.name for q in root.glob("*/runs/*.json")}) if root.is_dir() else []
+        hint = f" (sweeps with finished runs in {results_dir}: {', '.join(have)})" if have else ""
+        raise CreditBenchError(f"no finished runs under {folder}; run the sweep first{hint}")
+    return runs

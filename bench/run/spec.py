@@ -37,68 +37,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-
-from jsonargparse.typing import PositiveInt
+from typing import Any, Literal
 
 from bench.config import TaskSpec
 from bench.core import check
 from bench.errors import CreditBenchError, did_you_mean
-from bench.run.args import load_yaml, locate
+from bench.run.args import describe_type, load_yaml, locate
+from bench.run.entries import Budget, Control, MethodEntry, ModelEntry
 
 TargetOf = Literal["gain", "final"]
-Control = Literal["twin", "placebo"]
 TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
 """How the to-target cost's pass@1 is set from the baseline: a share of its gain over its base
 policy, or a share of its final pass@1."""
 ALL = "all"
 """The method entry that stands for every registered method not listed under its own name."""
-
-
-@dataclass
-class MethodEntry:
-    name: str
-    """A registered method (see `creditbench methods`), or `all`."""
-    label: str | None = None
-    """The entry's name in run keys and the report (default: the method's name); one per entry."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the method's config fields."""
-    overrides: dict[str, Any] = field(default_factory=dict)
-    """Dotted run config settings for this entry's runs (over method_overrides)."""
-    placebo: bool = False
-    """Train the method's placebo (its per-token credit permuted within each completion)."""
-    credit_controls: list[Control] | None = None
-    """This entry's credit controls instead of the spec's ``credit_controls`` ([] for none)."""
-
-
-@dataclass
-class ModelEntry:
-    name: str
-    """A tiny size, a local directory or a Hugging Face Hub id."""
-    overrides: dict[str, Any] = field(default_factory=dict)
-    """Dotted run config settings for this model's runs (e.g. more GPUs for the largest model)."""
-
-
-@dataclass
-class Budget:
-    """What every run of the sweep may spend: methods are compared at the same budget."""
-
-    FORM: ClassVar[str] = "one of {samples: N} or {tokens: N} (a matched budget per run, not steps)"
-    samples: PositiveInt | None = None
-    """Training completions generated per run."""
-    tokens: PositiveInt | None = None
-    """Completion tokens generated for training per run."""
-
-    def __post_init__(self) -> None:
-        check((self.samples is None) != (self.tokens is None), f"budget must be {self.FORM}, got {self.as_dict()}")
-
-    def as_dict(self) -> dict[str, int]:
-        """``{samples: N}`` or ``{tokens: N}``, as the spec gives it (and the report records it)."""
-        return {k: int(v) for k, v in (("samples", self.samples), ("tokens", self.tokens)) if v is not None}
 
 
 @dataclass
@@ -353,12 +308,12 @@ def _expand(raw: dict[str, Any]) -> dict[str, Any]:
             out[key] = [_entry(cls, key, e) for e in out[key]]
     for f in dataclasses.fields(SweepSpec):
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in out:
-            raise CreditBenchError(f"{f.name!r} is required: {_describe(hints[f.name])}")
+            raise CreditBenchError(f"{f.name!r} is required: {describe_type(hints[f.name])}")
         group = hints[f.name]
         if dataclasses.is_dataclass(group) and f.name in out:
             value = out[f.name]
             if not isinstance(value, dict) or set(value) - {g.name for g in dataclasses.fields(group)}:
-                raise CreditBenchError(f"{f.name} must be {_describe(group)}, got {value!r}")
+                raise CreditBenchError(f"{f.name} must be {describe_type(group)}, got {value!r}")
     return out
 
 
@@ -413,23 +368,4 @@ def _explain(cls: type, raw: dict[str, Any], error: Exception) -> str:
                 _parse(ENTRIES[key], entry)
             except CreditBenchError as e:
                 return f"{key.removesuffix('s').replace('_', ' ')} {entry['name']!r}: {e}"
-    return f"{key.replace('.', ' ')} must be {_describe(hint)}, got {value!r}"
-
-
-WORDS = {int: "an integer", PositiveInt: "a positive integer", float: "a number", str: "a string"}
-
-
-def _describe(hint: Any) -> str:
-    """What a value of type ``hint`` is, in words: "a positive integer", "integers", "one of a, b"."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args if a is not type(None))
-    if origin is Literal:
-        return "one of " + ", ".join(map(str, args))
-    if origin is list:
-        return _describe(args[0]).split(" ", 1)[-1] + "s"  # "an integer" -> "integers"
-    if origin is dict or hint is dict:
-        return "a mapping"
-    if dataclasses.is_dataclass(hint):
-        return getattr(hint, "FORM", f"a mapping of {', '.join(f.name for f in dataclasses.fields(hint))}")
-    return WORDS.get(hint, getattr(hint, "__name__", str(hint)))
+    return f"{key.replace('.', ' ')} must be {describe_type(hint)}, got {value!r}"

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.run.result import RunResult
+from bench.core import check
+from bench.run.result import RunResult, load_runs
 from bench.run.spec import MethodEntry, SweepSpec
 
 SEP = "@"
@@ -34,11 +35,24 @@ def tuning_path(results_dir: str | Path, name: str) -> Path:
 
 
 def grid(spec: SweepSpec, entry: MethodEntry) -> list[dict[str, Any]]:
-    """The entry's grid points: ``{"lr": x}`` or ``{"lr": x, option: v}`` for its method's knob."""
+    """The entry's grid points: ``{"lr": x, option: v}`` over ``tune.lr`` x its method's knob values. An
+    entry without a knob (its method declares none, or it is a twin, whose value of that option makes
+    it the twin) spends as many runs on a finer lr grid, geometric from the least to the largest lr:
+    every label gets the same tuning runs."""
     assert spec.tune is not None
-    knob = spec.tune.knobs.get(entry.name, {})
-    ((option, values),) = knob.items() if knob else ((None, [None]),)
-    return [{"lr": lr} | ({option: v} if option else {}) for lr in spec.tune.lr for v in values]
+    sizes = {m: len(next(iter(k.values()))) for m, k in spec.tune.knobs.items()}
+    check(
+        len(set(sizes.values())) <= 1,
+        f"tune.knobs must all list the same number of values, so every label gets the same tuning runs; got {sizes}",
+    )
+    twins = {c for cs in spec.analysis.credit_controls.values() for c in cs if c.endswith("-twin")}
+    knob = {} if entry.label in twins else spec.tune.knobs.get(entry.name, {})
+    if knob:
+        ((option, values),) = knob.items()
+        return [{"lr": lr, option: v} for lr in spec.tune.lr for v in values]
+    lrs, size = sorted(spec.tune.lr), max(sizes.values(), default=1)
+    fine = [float(x) for x in np.geomspace(lrs[0], lrs[-1], len(lrs) * size)] if len(lrs) > 1 else lrs * size
+    return [{"lr": lr} for lr in (lrs if size == 1 else fine)]
 
 
 def point_label(label: str, point: dict[str, Any]) -> str:
@@ -146,7 +160,6 @@ def _point(p: dict[str, Any]) -> str:
 
 def write(spec: SweepSpec, tuned, results_dir: str | Path) -> dict[str, Any]:
     """Choose from the tuning sweep ``tuned``'s finished runs and write results/<name>/tuning.json."""
-    from bench.report.summary import load_runs
 
     choice = select(spec, load_runs(str(results_dir), tuned.name, [r.key for r in tuned.runs]))
     path = tuning_path(results_dir, spec.name)

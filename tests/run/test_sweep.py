@@ -10,6 +10,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from tiny_sweep import SPEC
@@ -317,8 +318,11 @@ def test_tuning_runs_every_label_on_its_own_seeds_and_problems(tmp_path):
     per_label = defaultdict(int)
     for r in tuned.runs:
         per_label[r.label.split("@")[0]] += 1
-    # twins too, and the knob's grid spent on the twin as on its method: the same runs for every label
-    assert dict(per_label) == {"grpo": 4, "entropy_top": 8, "entropy_top-twin": 8}
+    # every label the same runs: the knob's points, or as many on a finer lr grid (GRPO, the twin)
+    assert dict(per_label) == {"grpo": 8, "entropy_top": 8, "entropy_top-twin": 8}  # 4 points x 2 seeds
+    twin = [r.cfg for r in tuned.runs if r.label.startswith("entropy_top-twin@")]
+    assert {c.method.options["rho"] for c in twin} == {1.0}  # the twin stays the twin
+    assert sorted({c.rl.lr for c in twin}) == pytest.approx(list(np.geomspace(5.0e-4, 1.0e-3, 4)))  # a finer grid
     assert {r.cfg.seed for r in tuned.runs} == {10, 11} and {r.cfg.seed for r in sweep.runs} == {0, 1}
     problems = {r.cfg.eval.num_problems for r in tuned.runs}
     assert {r.cfg.eval.first_problem for r in tuned.runs} == problems and {
@@ -327,6 +331,9 @@ def test_tuning_runs_every_label_on_its_own_seeds_and_problems(tmp_path):
     assert {r.cfg.rl.budget_samples for r in tuned.runs} == {r.cfg.rl.budget_samples for r in sweep.runs}
     with pytest.raises(CreditBenchError, match=r"tune.seeds must be disjoint from seeds .* \[1\]"):
         load_spec(write_spec(tmp_path, tune={**tune, "seeds": [1, 12]}))
+    knobs = {"entropy_top": {"rho": [0.1, 0.2]}, "s_trace": {"rho": [0.1, 0.2, 0.5]}}
+    with pytest.raises(CreditBenchError, match="tune.knobs must all list the same number of values"):
+        load_spec(write_spec(tmp_path, tune={**tune, "knobs": knobs}), tmp_path, tuning=True)
 
 
 @pytest.mark.slow
