@@ -162,10 +162,11 @@ class EvalConfig:
     k: list[int] = field(default_factory=lambda: [1, 2, 4])
     """pass@k reported for each k (each must be <= n)."""
     num_problems: int = 200
-    """Eval problems used (the first ones of the task's eval split, from ``first_problem`` on)."""
-    first_problem: int = 0
-    """Index of the first eval problem used: a sweep's tuning runs select on the problems after the
-    verdict's ([num_problems, 2 num_problems) of the eval split), so no choice sees an eval problem."""
+    """Eval problems used (the first ones of the task's eval split)."""
+    validation: bool = False
+    """Evaluate on the last ``num_problems`` problems of the training task's train split instead, and
+    train without them: a tuning run's validation split, disjoint from the eval problems and from
+    its own training prompts (a sweep's ``tune``)."""
     batch_problems: int = 100
     """Problems per generate call."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -187,7 +188,6 @@ class EvalConfig:
         bad = [k for k in self.k if not 1 <= k <= self.n]
         check(not bad, f"eval.k must lie in [1, eval.n={self.n}] (unbiased pass@k needs k <= n), got {bad}")
         check(self.num_problems >= 1, f"eval.num_problems must be >= 1, got {self.num_problems}")
-        check(self.first_problem >= 0, f"eval.first_problem must be >= 0, got {self.first_problem}")
         check(self.batch_problems >= 1, f"eval.batch_problems must be >= 1, got {self.batch_problems}")
 
 

@@ -124,15 +124,20 @@ class PromptDataModule(L.LightningDataModule):
         if self.train_rows is None:
             self.train_rows = load_split(self.task, "train")
             tasks = self.eval_tasks or {"": self.task}
-            self.eval_sets = []
-            for task in tasks.values():
-                ev, first = load_split(task, "eval"), self.eval_cfg.first_problem
-                if first >= len(ev):
+            if self.eval_cfg.validation:  # the train split's tail, held out of training (a tuning run's)
+                n, k = len(self.train_rows), self.eval_cfg.num_problems
+                if n < 2 * k:
                     raise CreditBenchError(
-                        f"eval.first_problem ({first}) is past the end of task {task.name!r}'s eval split "
-                        f"({len(ev)} problems); give a task with more eval problems or a smaller eval.num_problems"
+                        f"eval.validation: task {self.task.name!r}'s train split has {n} problems, too few to "
+                        f"hold out {k} (eval.num_problems) and train on the rest; lower eval.num_problems"
                     )
-                self.eval_sets.append(ev.select(range(first, min(first + self.eval_cfg.num_problems, len(ev)))))
+                self.eval_sets = [self.train_rows.select(range(n - k, n))]
+                self.train_rows = self.train_rows.select(range(n - k))
+            else:
+                self.eval_sets = []
+                for task in tasks.values():
+                    ev = load_split(task, "eval")
+                    self.eval_sets.append(ev.select(range(min(self.eval_cfg.num_problems, len(ev)))))
             self.eval_rows = self.eval_sets[0]
 
     def train_dataloader(self) -> DataLoader:

@@ -3,8 +3,9 @@
 Every label of the sweep -- twins and placebos included, so each gets the same number of tuning
 runs -- trains at every point of the grid (``tune.lr`` x its method's one ``tune.knobs`` option, if
 any) on each tuning seed, at the sweep's budget, as the sweep ``<name>-tune``. A tuning run is scored
-on the eval problems after the verdict's (``eval.first_problem`` = ``eval.num_problems``), so no
-choice sees an eval problem, and its seeds are disjoint from the verdict's (checked by the spec).
+on a validation split, the last ``eval.num_problems`` problems of the train split, held out of its
+training (``eval.validation``), so no choice sees an eval problem, and its seeds are disjoint from the
+verdict's (checked by the spec).
 Each label keeps the point with the best mean final ``analysis.metric`` over its tuning runs (ties:
 the smaller learning rate, then the first knob value), written to ``results/<name>/tuning.json``;
 the sweep's own runs then use it, and the report shows the choices, every point's mean and the cost.
@@ -74,7 +75,6 @@ def tuning_spec(spec: SweepSpec) -> SweepSpec:
         for m in spec.method_entries()
         for p in grid(spec, m)
     ]
-    problems = spec.eval.get("num_problems", 200)
     base_point = point_label(
         spec.baseline, grid(spec, next(m for m in spec.method_entries() if m.label == spec.baseline))[0]
     )
@@ -84,11 +84,12 @@ def tuning_spec(spec: SweepSpec) -> SweepSpec:
         description=f"learning-rate tuning of sweep {spec.name}",
         methods=entries,
         seeds=list(spec.tune.seeds),
-        eval={**spec.eval, "first_problem": problems},
+        eval={**spec.eval, "validation": True},
+        eval_tasks=[],
         baseline=base_point,
         tune=None,
         credit_controls=[],
-        analysis=dataclasses.replace(spec.analysis, controls={}, credit_controls={}, pilot=None),
+        analysis=dataclasses.replace(spec.analysis, controls={}, credit_controls={}),
     )
 
 
@@ -113,7 +114,8 @@ def select(spec: SweepSpec, runs: list[RunResult]) -> dict[str, Any]:
     return {
         "metric": metric,
         "seeds": list(spec.tune.seeds) if spec.tune else [],
-        "validation": f"eval problems [{spec.eval.get('num_problems', 200)}, 2 x that) of each task's eval split",
+        "validation": f"the last {spec.eval.get('num_problems', 200)} problems of each task's train split (held out of "
+        "the tuning runs' training)",
         "runs": len(runs),
         "samples": sum(r.samples for r in runs),
         "wall_s": round(sum(r.wall_s for r in runs), 1),

@@ -324,10 +324,7 @@ def test_tuning_runs_every_label_on_its_own_seeds_and_problems(tmp_path):
     assert {c.method.options["rho"] for c in twin} == {1.0}  # the twin stays the twin
     assert sorted({c.rl.lr for c in twin}) == pytest.approx(list(np.geomspace(5.0e-4, 1.0e-3, 4)))  # a finer grid
     assert {r.cfg.seed for r in tuned.runs} == {10, 11} and {r.cfg.seed for r in sweep.runs} == {0, 1}
-    problems = {r.cfg.eval.num_problems for r in tuned.runs}
-    assert {r.cfg.eval.first_problem for r in tuned.runs} == problems and {
-        r.cfg.eval.first_problem for r in sweep.runs
-    } == {0}
+    assert all(r.cfg.eval.validation for r in tuned.runs) and not any(r.cfg.eval.validation for r in sweep.runs)
     assert {r.cfg.rl.budget_samples for r in tuned.runs} == {r.cfg.rl.budget_samples for r in sweep.runs}
     with pytest.raises(CreditBenchError, match=r"tune.seeds must be disjoint from seeds .* \[1\]"):
         load_spec(write_spec(tmp_path, tune={**tune, "seeds": [1, 12]}))
