@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The embedded benchmark on CPU: can the suite tell credit-assignment methods apart? Five methods
-# whose credit differs, on a credit-sensitive task (chain) and on arithmetic (the control), tiny-500k,
-# 16 seeds, at a matched budget of training samples; then the report with Holm-corrected comparisons.
-#   ./run_all.sh           results/sweeps/embedded.yaml: 160 runs, about 50 min on 2 cores
+# The embedded benchmark on CPU: does a method's credit assignment help? S-trace, GRPO-lambda and the 80/20
+# rule each against its credit-off twin (the same recipe with uniform credit; the two selection methods also
+# against their placebo), and GRPO, on a credit-sensitive task (chain), tiny-500k, 18 seeds, at an exact
+# budget of training samples; then the report with Holm-corrected comparisons, twins first.
+#   ./run_all.sh           results/sweeps/embedded.yaml: 162 runs, about 40 min on 2 cores
 #   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace on chain, 3 seeds (minutes)
-#   ./run_all.sh SPEC.yaml any sweep spec (results/sweeps/embedded-long.yaml: about 4 hours, ~2-point MDE)
+#   ./run_all.sh SPEC.yaml any sweep spec (results/sweeps/embedded-long.yaml: every method, tuned lr; days)
 # JOBS=N runs N at a time (default 2 worker processes, one core each); MLFLOW_TRACKING_URI names
 # another store (default ./mlflow.db). Every run starts from the warm-started base checkpoint of its
 # task and size (built once, cached in .creditbench/cache), is an MLflow run under the sweep's parent
