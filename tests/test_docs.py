@@ -93,15 +93,21 @@ def test_result_tables_are_generated_from_results():
 def test_every_results_block_names_a_source_it_can_read():
     sources = [m["source"] for page in PAGES for m in docs_tables.BLOCK.finditer(page.read_text())]
     assert {
-        "embedded/summary",
         "embedded/run",
+        "embedded/credit",
         "embedded/comparisons",
+        "embedded/budget",
+        "embedded/robust",
         "embedded/blame",
         "benchmarks/rl_step.md",
         "benchmarks/trl.md#1",
     } <= set(sources)
     comparisons, _ = docs_tables.generate("embedded/comparisons", ROOT / "results")
     assert "p_Holm" in comparisons and "detects a difference of" in comparisons
+    credit, _ = docs_tables.generate("embedded/credit", ROOT / "results")
+    assert "s_trace-twin (baseline)" in credit and "`entropy_top` vs `entropy_top-placebo`" in credit
+    budget, _ = docs_tables.generate("embedded/budget", ROOT / "results")
+    assert budget.startswith("| model | task | label | samples |") and "| 0, 2,048 |" in budget
     blame, _ = docs_tables.generate("embedded/blame", ROOT / "results")
     assert blame.startswith("| model | task | method |") and "| chain |" in blame
     with pytest.raises(docs_tables.CreditBenchError, match="unknown results block source"):

@@ -91,9 +91,11 @@ def test_dry_run_design_lines(tmp_path):
     )
     lines = design_lines(load_spec(spec), str(tmp_path))
     assert "6 seeds x 3 labels" in lines[0] and "2 comparisons" in lines[0]
-    assert "arithmetic: MDE of pass_at_1" in lines[1] and "seeds for a 3-point MDE" in lines[1]
+    assert lines[1] == "cost: 18 runs, 4,608 training samples and 57,600 eval completions"  # 18 x 256; 18 x 2 x 200 x 8
+    assert "arithmetic, vs the baseline: MDE of pass_at_1" in lines[2] and "seeds for a 3-point MDE" in lines[2]
+    assert "prior: sd_train 0.0200" in lines[3]
     spec.write_text(spec.read_text().replace("analysis: {sd_train: 0.02, sd_item: 0.4}", "analysis: {}"))
-    assert "no variance to size the design with" in design_lines(load_spec(spec), str(tmp_path))[1]
+    assert "no variance to size the design with" in design_lines(load_spec(spec), str(tmp_path))[2]
 
 
 def test_dry_run_falls_back_to_the_prior_when_the_pilot_has_no_runs(tmp_path):
@@ -105,5 +107,5 @@ def test_dry_run_falls_back_to_the_prior_when_the_pilot_has_no_runs(tmp_path):
         "budget: {samples: 256}\neval: {n: 4, num_problems: 50}\n"
         "analysis: {pilot: never-run, sd_train: 0.02, sd_item: 0.4}\n"
     )
-    line = design_lines(load_spec(spec), str(tmp_path))[1]
-    assert line.startswith("  chain: MDE of pass_at_1") and "prior: sd_train 0.0200" in line
+    lines = design_lines(load_spec(spec), str(tmp_path))[2:]
+    assert lines[0].startswith("  chain, vs the baseline: MDE of pass_at_1") and "prior: sd_train 0.0200" in lines[1]

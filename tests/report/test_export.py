@@ -19,7 +19,8 @@ from bench.report.export import COLUMNS, comparison_rows, latex_escape, to_csv, 
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 REPORT = json.loads((RESULTS / "embedded" / "report.json").read_text())
-ASSESSED = REPORT["analysis"]["assessment"]["rows"]
+CREDIT = REPORT["analysis"]["credit"]["assessment"]["rows"]
+ASSESSED = CREDIT + REPORT["analysis"]["assessment"]["rows"]  # the credit family first
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -30,11 +31,12 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 def test_rows_split_task_and_model_and_name_each_control():
     rows = comparison_rows(REPORT)
-    assert len(rows) == len(ASSESSED) == 8
-    assert {(r["task"], r["model"], r["control"]) for r in rows} == {
-        ("chain", "tiny-500k", "grpo"),
-        ("arithmetic", "tiny-500k", "grpo"),
-    }
+    assert len(rows) == len(ASSESSED) == 11
+    assert {(r["task"], r["model"]) for r in rows} == {("chain", "tiny-500k")}
+    assert {r["control"] for r in rows[: len(CREDIT)]} == {
+        "s_trace-twin", "s_trace-placebo", "grpo_lambda-twin", "entropy_top-twin", "entropy_top-placebo"
+    }  # fmt: skip
+    assert {r["control"] for r in rows[len(CREDIT) :]} == {"grpo"}
     assert [r["label"] for r in rows] == [r["label"] for r in ASSESSED]
 
 
@@ -60,7 +62,7 @@ def test_the_latex_has_one_row_per_comparison_with_underscores_escaped():
     body = [line for line in lines[lines.index(r"\midrule") + 1 :] if line.endswith(r"\\")]
     assert len(body) == len(ASSESSED)
     assert all(not re.search(r"(?<!\\)_", line) for line in body)  # every _ escaped outside the header's math
-    assert body[0].startswith(r"dr\_grpo & chain & tiny-500k & grpo & 0.556 [0.544, 0.569] & -0.010 [-0.028, +0.008]")
+    assert body[0].startswith(r"credit & s\_trace & chain & tiny-500k & s\_trace-twin & 0.543 [0.531, 0.556] & +0.017")
     assert r"equivalent ($\pm$0.03)" in tex and r"$<$0.001" in tex
     assert (
         latex_escape("a_b & 50% #1 {x} ~^\\")
@@ -70,14 +72,14 @@ def test_the_latex_has_one_row_per_comparison_with_underscores_escaped():
 
 def test_the_markdown_rounds_and_shows_missing_values_as_dashes():
     report = copy.deepcopy(REPORT)
-    row = report["analysis"]["assessment"]["rows"][0]  # as with fewer than 3 seeds: no interval, no test
+    row = report["analysis"]["credit"]["assessment"]["rows"][0]  # as with fewer than 3 seeds: no interval, no test
     row["mean"] |= {"lo": None, "hi": None}
     row["diff"] |= {"lo": None, "hi": None, "p": None}
     row["p_holm"] = None
     rows = comparison_rows(report)
     md = to_markdown(rows).splitlines()
     assert len(md) == 2 + len(ASSESSED)
-    assert md[2] == "| dr_grpo | chain | tiny-500k | grpo | 0.556 | -0.010 | – | – | inconclusive |"
+    assert md[2] == "| credit | s_trace | chain | tiny-500k | s_trace-twin | 0.543 | +0.017 | – | – | inconclusive |"
     back = next(csv.DictReader(io.StringIO(to_csv(rows))))
     assert back["mean_lo"] == back["p"] == back["p_holm"] == ""
     report["analysis"] = None
@@ -86,16 +88,15 @@ def test_the_markdown_rounds_and_shows_missing_values_as_dashes():
 
 
 def test_a_credit_family_comes_first_with_a_family_column():
-    report = copy.deepcopy(REPORT)
-    credit = copy.deepcopy(report["analysis"]["assessment"])
-    report["analysis"]["credit"] = {"assessment": credit}
-    rows = comparison_rows(report)
-    assert [r["family"] for r in rows] == ["credit"] * 8 + ["recipe"] * 8
+    rows = comparison_rows(REPORT)
+    assert [r["family"] for r in rows] == ["credit"] * 5 + ["recipe"] * 6
     md = to_markdown(rows).splitlines()
-    assert md[0].startswith("| family | label |") and md[2].startswith("| credit | dr_grpo |")
+    assert md[0].startswith("| family | label |") and md[2].startswith("| credit | s_trace |")
     tex = to_latex(rows).splitlines()
-    assert tex[0] == r"\begin{tabular}{lllllllrrl}" and sum(line.endswith(r"\\") for line in tex) == 1 + 16
-    assert to_latex(comparison_rows(REPORT)).startswith(r"\begin{tabular}{llllllrrl}")  # one family: no column
+    assert tex[0] == r"\begin{tabular}{lllllllrrl}" and sum(line.endswith(r"\\") for line in tex) == 1 + 11
+    one = copy.deepcopy(REPORT)
+    del one["analysis"]["credit"]
+    assert to_latex(comparison_rows(one)).startswith(r"\begin{tabular}{llllllrrl}")  # one family: no column
 
 
 def test_table_cli_writes_the_formats_asked_for(capsys, tmp_path):
@@ -124,11 +125,11 @@ def test_table_cli_writes_the_formats_asked_for(capsys, tmp_path):
             [
                 "unknown label 'entropy_tp'",
                 "Did you mean 'entropy_top'",
-                "dr_grpo, entropy_top, grpo, grpo_lambda, s_trace",
+                "entropy_top, entropy_top-placebo, entropy_top-twin, grpo, grpo_lambda",
             ],
         ),
         (["curves", "--sweep", "embeded", "--labels", "grpo", "s_trace", "--task", "chain"], ["Sweeps with a report:"]),
-        (["curves", "--sweep", "embedded", "--labels", "grpo", "s_trace", "--task", "chian"], ["arithmetic, chain"]),
+        (["curves", "--sweep", "embedded", "--labels", "grpo", "s_trace", "--task", "chian"], ["chain"]),
         (["curves", "--sweep", "embedded", "--labels", "grpo", "grpo", "--task", "chain"], ["two or more"]),
     ],
 )

@@ -22,6 +22,7 @@ def result_json() -> dict:
         "lora_rank": 0,
         "seed": 0,
         "steps": 5,
+        "optimizer_steps": 10,
         "samples": 160,
         "tokens": 1600,
         "wall_s": 12.3,
