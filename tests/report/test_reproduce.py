@@ -1,5 +1,7 @@
 """The committed-results check: two reports are the same when everything but the wall times is."""
 
+import pytest
+
 from bench.report.reproduce import differences
 
 
@@ -19,3 +21,30 @@ def test_missing_keys_lengths_and_nan():
     assert differences({"x": 1}, {"y": 1}) == ["x: only in the committed report", "y: only in the fresh report"]
     assert differences({"r": [1, 2]}, {"r": [1]}) == ["r: 2 entries committed, 1 fresh"]
     assert differences({"v": float("nan")}, {"v": float("nan")}) == []
+
+
+def test_a_run_that_failed_is_redone_once_and_a_second_failure_stands(tmp_path, capsys):
+    from bench.errors import CreditBenchError
+    from bench.report.reproduce import _rerun
+
+    (tmp_path / "a.log").write_text(
+        "Traceback (most recent call last):\nsqlite3.OperationalError: database is locked\n"
+    )
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise CreditBenchError("1 of 6 runs failed (a); their logs are in x; run the sweep again to redo them")
+        return {"runs": 6}
+
+    assert _rerun(tmp_path, flaky) == {"runs": 6} and len(calls) == 2
+    assert "database is locked" in capsys.readouterr().err  # the failed run's own words, for CI's output
+
+    def broken():
+        raise CreditBenchError("1 of 6 runs failed (a); their logs are in x; run the sweep again to redo them")
+
+    with pytest.raises(CreditBenchError, match="runs failed"):
+        _rerun(tmp_path, broken)
+    with pytest.raises(CreditBenchError, match="no committed report"):
+        _rerun(tmp_path, lambda: (_ for _ in ()).throw(CreditBenchError("no committed report")))
