@@ -191,3 +191,20 @@ def test_missing_analogue_is_said_in_words(tmp_path):
     out = papers.table("grpo_lambda", results_dir=tmp_path)
     assert _table_row(out, "`grpo_lambda` vs `grpo`")[3].startswith("not run in results/embedded (no `grpo_lambda`")
     assert "analogue Δ , points" not in out and "| analogue Δ, points |" in out
+
+
+def test_a_paper_file_names_its_analogues_and_a_malformed_one_is_one_line(tmp_path):
+    import shutil
+
+    from bench.errors import CreditBenchError
+    from bench.report.papers.analogue import paper_claims
+    from bench.report.papers.data import PAPERS_DIR, load_paper
+
+    claims = paper_claims(load_paper("grpo_lambda"))
+    assert [(c.label, c.control) for c in claims] == [("grpo_lambda", "grpo"), ("grpo_lambda", "grpo_lambda-twin")]
+    for f in ("grpo_lambda.yaml", "grpo_lambda.sweep.yaml"):
+        shutil.copy(PAPERS_DIR / f, tmp_path / f)
+    path = tmp_path / "grpo_lambda.yaml"
+    path.write_text(path.read_text() + "  - {text: x, label: grpo_lambda, controll: grpo}\n")
+    with pytest.raises(CreditBenchError, match=r"grpo_lambda.yaml: analogues\[2\] must be a mapping with text"):
+        paper_claims(load_paper("grpo_lambda", tmp_path))

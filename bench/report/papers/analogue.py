@@ -12,7 +12,7 @@ with 80% power at alpha 0.05, Bonferroni-corrected for the comparisons with the 
 pooled standard deviation of the paired per-seed differences. The table compares nothing itself;
 a difference smaller than that line is not one this design can resolve.
 
-The claims table (``render_claims``): each comparison a paper makes (``CLAIMS``) beside the same
+The claims table (``render_claims``): each comparison a paper makes (its file's ``analogues``) beside the same
 comparison in a sweep's report.json (bench/report/comparisons.py): the primary family
 (``analysis.credit``: each credit method against its credit-off twin and placebo) or the secondary
 one (``analysis.assessment``: every label against the sweep's baseline), with its difference, 95%
@@ -21,10 +21,14 @@ interval, Holm-adjusted verdict and whether it agrees with the paper's sign (``a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
+from bench.errors import CreditBenchError
 from bench.report.papers.data import METRIC_PATTERN, UNITS, Paper, PaperResult
 from bench.report.stats import mde
 
@@ -168,43 +172,20 @@ class Claim:
     model: str = "tiny-500k"
 
 
-CLAIMS: dict[str, tuple[Claim, ...]] = {
-    "selective_traces": (
-        Claim("S-trace vs GRPO", "s_trace", "grpo", "the whole recipe", method="s_trace", vs="grpo"),
-        Claim(
-            "S-trace vs GSPO (its uniform-credit special case)",
-            "s_trace",
-            "s_trace-twin",
-            "the credit alone (GSPO's uniform trace, S-trace's clip)",
-            method="s_trace",
-            vs="gspo",
-            sign=1,
-            unstated="none stated; better, as the title's 'beyond uniform credit' reads [R]",
-        ),
-    ),
-    "grpo_lambda": (
-        Claim("GRPO-λ vs GRPO", "grpo_lambda", "grpo", "the whole recipe", method="grpo_lambda", vs="grpo"),
-        Claim(
-            "GRPO-λ vs GRPO",
-            "grpo_lambda",
-            "grpo_lambda-twin",
-            "the credit alone (λ = 0, the same clamp)",
-            method="grpo_lambda",
-            vs="grpo",
-        ),
-    ),
-    "arca": (
-        Claim(
-            "ARCA vs uniform weights (LoRA r64)",
-            "arca-r64",
-            "uniform-r64",
-            "the weights alone (the same estimator and adapter)",
-            sweep="paper-arca-embedded",
-            task="arithmetic",
-        ),
-    ),
-}
-"""Each paper's comparisons and the analogue of each; a paper not listed has no claims table."""
+def paper_claims(paper: Paper) -> tuple[Claim, ...]:
+    """The comparisons ``paper`` makes and the analogue of each: the ``analogues`` list of its YAML
+    file (none: no claims table); an entry that is not a Claim's fields is a one-line error."""
+    raw = (yaml.safe_load(paper.path.read_text()) or {}).get("analogues") or []
+    fields = {f.name for f in dataclasses.fields(Claim)}
+    out = []
+    for i, c in enumerate(raw if isinstance(raw, list) else [raw]):
+        if not isinstance(c, dict) or set(c) - fields or not {"text", "label", "control", "what"} <= set(c):
+            raise CreditBenchError(
+                f"{paper.path.name}: analogues[{i}] must be a mapping with text, label, control and what "
+                f"(optional: {', '.join(sorted(fields - {'text', 'label', 'control', 'what'}))}), got {c!r}"
+            )
+        out.append(Claim(**c))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -306,7 +287,7 @@ def _analogue_cells(found: Found, paper_sign: int) -> list[str]:
 
 def render_claims(paper: Paper, reports: dict[str, dict | None]) -> str:
     """The claims table of ``paper`` against ``reports`` (sweep -> report.json or None); '' without claims."""
-    claims = CLAIMS.get(paper.name, ())
+    claims = paper_claims(paper)
     if not claims:
         return ""
     where = "; ".join(dict.fromkeys(f"{c.model}, {c.task}" for c in claims))
@@ -344,5 +325,5 @@ def claims_section(paper: Paper, results_dir: Any) -> str:
     """The claims table of ``paper`` from its claims' sweeps' report.json files, or '' without claims."""
     from bench.report.papers.data import load_report
 
-    sweeps = dict.fromkeys(c.sweep for c in CLAIMS.get(paper.name, ()))
+    sweeps = dict.fromkeys(c.sweep for c in paper_claims(paper))
     return render_claims(paper, {s: load_report(results_dir, s) for s in sweeps})
