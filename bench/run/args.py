@@ -339,7 +339,10 @@ def describe_type(hint: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(map(str, args))
     if origin is list:
-        return describe_type(args[0]).split(" ", 1)[-1] + "s"  # "an integer" -> "integers"
+        inner = describe_type(args[0])
+        if inner.startswith("one of "):
+            return "a list of " + inner.removeprefix("one of ")  # "one of a, b" -> "a list of a, b"
+        return inner.split(" ", 1)[-1] + "s"  # "an integer" -> "integers"
     if origin is dict or hint is dict:
         return "a mapping"
     if dataclasses.is_dataclass(hint):

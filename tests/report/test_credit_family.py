@@ -68,3 +68,44 @@ def test_the_report_tests_each_method_against_its_controls_first_and_leaves_plac
     secondary = out["assessment"]["comparisons"]
     assert [sorted(c["diffs"]) for c in secondary] == [["m", "m-twin"]]  # the placebo is a control, not a recipe
     assert "`m` vs `m-twin`" in out["credit"]["markdown"] and "each label vs `grpo`" in out["markdown"]
+
+
+class _Spent:
+    """What budget_rows reads of a finished run."""
+
+    def __init__(self, label, seed, grid, steps):
+        self.label, self.seed, self.model, self.task = label, seed, "tiny-500k", "chain"
+        self.samples, self.tokens, self.steps, self.optimizer_steps = grid[-1], 10 * grid[-1], steps, 2 * steps
+        self.history = [type("P", (), {"samples": s})() for s in grid]
+
+
+def test_the_budget_table_gives_each_labels_spend_and_says_where_eval_grids_differ():
+    from bench.report.files import budget_markdown
+    from bench.report.summary import budget_rows
+
+    runs = [_Spent("grpo", s, [0, 1024, 2048], 16) for s in range(3)]
+    runs += [_Spent("dapo", 0, [0, 1024, 2048], 8), _Spent("dapo", 1, [0, 1024, 2048], 9)]
+    rows = {r["label"]: r for r in budget_rows(runs)}
+    assert rows["dapo"]["steps"] == [8, 9] and rows["dapo"]["optimizer_steps"] == [16, 18]
+    assert rows["grpo"]["eval_samples"] == [0, 1024, 2048] and all(r["same_grid"] for r in rows.values())
+    text = "\n".join(budget_markdown(list(rows.values())))
+    assert "| tiny-500k | chain | dapo | 2,048 | 20,480 | 8–9 | 16–18 | 0, 1,024, 2,048 |" in text
+    runs.append(_Spent("dapo", 2, [0, 1152, 2048], 9))  # a refill that passed the eval point
+    rows = {r["label"]: r for r in budget_rows(runs)}
+    assert rows["dapo"]["eval_samples"] is None and not rows["grpo"]["same_grid"]
+    assert "Eval grids differ between labels on chain (tiny-500k)" in "\n".join(budget_markdown(list(rows.values())))
+
+
+def test_a_misspelt_credit_control_names_the_valid_ones(tmp_path):
+    from bench.errors import CreditBenchError
+    from bench.run.spec import read_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: s\ntasks: [chain]\nmethods: [grpo, s_trace]\ncredit_controls: [twn]\nmodels: [tiny-500k]\n"
+        "seeds: [0]\nbudget: {samples: 2048}\n"
+    )
+    with pytest.raises(
+        CreditBenchError, match=r"s.yaml:4: credit_controls must be a list of twin, placebo, got \['twn'\]"
+    ):
+        read_spec(spec)
