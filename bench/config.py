@@ -175,6 +175,10 @@ class EvalConfig:
     (ARCA's "greedy accuracy" beside pass@k)."""
     tasks: list[TaskSpec | str] = field(default_factory=list)
     """More tasks evaluated at every eval point (their eval splits), after the training task's own."""
+    reuse_base: bool = True
+    """Compute the base policy's (step-0) eval once for every run that would compute the same one -- the
+    labels of one seed -- and reuse it, bit-identically (bench.engine.base_eval; one CPU process, HF
+    generate)."""
 
     def __post_init__(self) -> None:
         self.tasks = [

@@ -30,6 +30,7 @@ from bench.config import EvalConfig, RLConfig
 from bench.core import Method, RolloutBatch, Task
 from bench.distributed import all_sum, gather_objects, mean_over_processes, rank, world_size
 from bench.engine import scoring, step
+from bench.engine.base_eval import BaseEvalCache
 from bench.engine.blame import (
     BlameProbe,
     blame_alignment,
@@ -110,6 +111,7 @@ class RLVRModule(L.LightningModule):
         self.t_start = time.perf_counter()  # when this process's part of the run started
         self.strict_loading = False  # a checkpoint holds only the weights that train (see trainable_state)
         self.shard_plan: ShardPlan | None = None  # FSDP: how configure_model shards the policies (set by the run)
+        self.base_eval: BaseEvalCache | None = None  # reuses the step-0 eval where it can (set by the run)
 
     @property
     def samples(self) -> int:
@@ -251,8 +253,11 @@ class RLVRModule(L.LightningModule):
         self._eval_block = self._whole(self.policy)  # FSDP: processes may have different numbers of eval batches
         self._eval_block.__enter__()
         self.evals.start()
+        self._reused = self.base_eval.lookup(self) if self.base_eval is not None else None  # the stored base eval
 
     def validation_step(self, rows: list[dict], batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self._reused is not None:
+            return
         name = list(self.eval_tasks)[dataloader_idx]
         batch, info = self.sampler.rollout(
             rows, self.eval_cfg.n, self.eval_cfg.sampling, details=True, task=self.eval_tasks[name]
@@ -268,7 +273,10 @@ class RLVRModule(L.LightningModule):
         entry: dict[str, Any] = {"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval": {}}
         entry.update(eval_n=self.eval_cfg.n, per_problem={}, problem_ids={})
         mlflow = isinstance(self.logger, MLFlowLogger)
-        for name, res in self.evals.results().items():  # every process's chunk of the eval sets, gathered
+        results = self._reused if self._reused is not None else self.evals.results()  # every process's, gathered
+        if self.base_eval is not None:
+            self.base_eval.store(results)
+        for name, res in results.items():
             metrics = {metric_key("eval", name, k): v for k, v in res.summary.items()}
             metrics[metric_key("eval", name, "samples")] = float(self.samples)
             metrics[metric_key("eval", name, "tokens")] = float(self.tokens)
@@ -368,18 +376,13 @@ class RLVRModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["state_dict"] = trainable_state(checkpoint["state_dict"], self)
         checkpoint["creditbench"] = {
-            "rl_step": self.rl_step,
-            "samples": self.samples,
-            "tokens": self.tokens,
-            "eval_history": self.eval_history,
-            "train_sums": self.train_sums,
-            "grad_norm_max": self.grad_norm_max,
-            "skipped_updates": self.skipped_updates,
+            "rl_step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval_history": self.eval_history,
+            "train_sums": self.train_sums, "grad_norm_max": self.grad_norm_max, "skipped_updates": self.skipped_updates,
             "probe": probe_state(self._probe),
             "blame_probe": blame_probe_state(self._blame_probe),
             "rng": gather_objects(rng_states()),
             "wall_s": self.wall_before + time.perf_counter() - self.t_start,
-        }
+        }  # fmt: skip
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_fits(checkpoint["state_dict"], self)

@@ -11,6 +11,7 @@ report forms it (bench.report.comparisons).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
@@ -117,7 +118,7 @@ def cost_line(sweep, results_dir: str = "results", jobs: int = 1) -> str:
     runs (their mean run time per generated completion, training and eval alike), its run time."""
     runs = sweep.runs
     train = sum(r.cfg.rl.budget_samples for r in runs)
-    evals = sum(_eval_completions(r.cfg) for r in runs)
+    evals = _eval_completions_all(runs)
     line = f"cost: {len(runs)} runs, {train:,} training samples and {evals:,} eval completions"
     pilot = sweep.spec.analysis.pilot
     if not pilot or not train:
@@ -132,6 +133,24 @@ def cost_line(sweep, results_dir: str = "results", jobs: int = 1) -> str:
     total = per * (train + evals) / 60
     pace = f"at the pace of pilot {pilot!r}'s runs"
     return f"{line}; {pace} about {total:,.0f} min of run time, {total / jobs:,.0f} min at --jobs {jobs}"
+
+
+def _eval_completions_all(runs) -> int:
+    """Eval completions of ``runs``, a base eval that runs share (``eval.reuse_base``: one per seed,
+    model, task and eval setting, and per label where an adapter gives the label its own weights)
+    counted once."""
+    import json
+
+    total, bases = 0, set()
+    for r in runs:
+        cfg, e = r.cfg, r.cfg.eval
+        total += _eval_completions(cfg)
+        if e.reuse_base and cfg.trainer.world_size == 1 and cfg.rollout.engine == "hf":
+            key = (cfg.seed, cfg.model.name, cfg.model.lora.rank and r.label, json.dumps(dataclasses.asdict(cfg.task)))
+            key += (e.n, e.num_problems, e.validation, json.dumps([dataclasses.asdict(t) for t in e.tasks]))
+            total -= (e.num_problems or 200) * e.n * (1 + len(e.tasks)) if key in bases else 0
+            bases.add(key)
+    return total
 
 
 def _eval_completions(cfg) -> int:

@@ -72,8 +72,10 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     import torch
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+    from bench.engine import base_eval
     from bench.engine.checkpoint import MetricSink
     from bench.run.build import build_data, build_module, build_trainer
+    from bench.run.fingerprint import fingerprint
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -100,6 +102,8 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     clock.lap("mlflow")
     module = build_module(cfg, r, policy, tokenizer, ref)
     module.t_start = t_start
+    if ckpt is None and base_eval.applies(cfg, module.engine.separate):
+        module.base_eval = base_eval.BaseEvalCache.for_run(cfg, fingerprint(torch.get_num_threads())["numerics"])
     sink = module.sink = MetricSink(logger, resumed=resume_id is not None)  # live; a resumed run skips what MLflow has
     data = build_data(cfg, r)
     if resume_id is None and zero:  # the data as dataset inputs, the warm-start run linked

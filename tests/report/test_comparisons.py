@@ -91,7 +91,10 @@ def test_dry_run_design_lines(tmp_path):
     )
     lines = design_lines(load_spec(spec), str(tmp_path))
     assert "6 seeds x 3 labels" in lines[0] and "2 comparisons" in lines[0]
-    assert lines[1] == "cost: 18 runs, 4,608 training samples and 57,600 eval completions"  # 18 x 256; 18 x 2 x 200 x 8
+    # 18 x 256 samples; 18 x 2 eval points x 200 x 8 completions, less the 12 base evals the labels of a seed reuse
+    assert lines[1] == "cost: 18 runs, 4,608 training samples and 38,400 eval completions"
+    spec.write_text(spec.read_text().replace("num_problems: 200", "num_problems: 200, reuse_base: false"))
+    assert design_lines(load_spec(spec), str(tmp_path))[1].endswith("and 57,600 eval completions")
     assert "arithmetic, vs the baseline: MDE of pass_at_1" in lines[2] and "seeds for a 3-point MDE" in lines[2]
     assert "prior: sd_train 0.0200" in lines[3]
     spec.write_text(spec.read_text().replace("analysis: {sd_train: 0.02, sd_item: 0.4}", "analysis: {}"))
