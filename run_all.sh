@@ -2,8 +2,9 @@
 # The embedded benchmark on CPU: does a method's credit assignment help? S-trace, GRPO-lambda and the 80/20
 # rule each against its credit-off twin (the same recipe with uniform credit; the two selection methods also
 # against their placebo), and GRPO, on a credit-sensitive task (chain), tiny-500k, 18 seeds, at an exact
-# budget of training samples; then the report with Holm-corrected comparisons, twins first.
-#   ./run_all.sh           results/sweeps/embedded.yaml: 162 runs, about 40 min on 2 cores
+# budget of training samples and learning rates tuned first (on other seeds and held-out train problems);
+# then the report with Holm-corrected comparisons, twins first.
+#   ./run_all.sh           results/sweeps/embedded.yaml: 54 tuning + 162 runs, about 40 min on 2 cores
 #   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace on chain, 3 seeds (minutes)
 #   ./run_all.sh SPEC.yaml any sweep spec (results/sweeps/embedded-long.yaml: every method, tuned lr; days)
 # JOBS=N runs N at a time (default 2 worker processes, one core each); MLFLOW_TRACKING_URI names
@@ -19,7 +20,7 @@ cd "$(dirname "$0")"
 case "${1:-}" in
   --quick) SPEC=results/sweeps/embedded-quick.yaml ;;
   "") SPEC=results/sweeps/embedded.yaml ;;
-  -h|--help) sed -n '2,15p' "$0" | cut -c3-; exit 0 ;;  # before the environment: help installs nothing
+  -h|--help) sed -n '2,16p' "$0" | cut -c3-; exit 0 ;;  # before the environment: help installs nothing
   *) SPEC=$1 ;;
 esac
 source bench/bootstrap.sh

@@ -99,6 +99,39 @@ def design_lines(sweep, results_dir: str = "results", jobs: int = 1) -> list[str
         for which, k, family in families[::-1]:
             out.append(f"  {task}, {which}: " + _mde_text((sd_train, sd_item), seeds, (problems, n, k, family), a))
         out.append(f"    ({source})")
+        if a.pilot and m_credit:
+            out += _pair_lines(sweep, results_dir, task, m_credit)
+    return out
+
+
+def _pair_lines(sweep, results_dir: str, task: str, family: int) -> list[str]:
+    """Each credit comparison's own MDE at the spec's seeds, from the sd of its paired (same seed)
+    differences in the pilot's runs: a two-label comparison estimates its own variance, and a twin or
+    placebo may spread more than the pooled variance says."""
+    from bench.report.stats import mde
+    from bench.report.summary import load_runs
+
+    a, seeds = sweep.spec.analysis, len(sweep.spec.seeds)
+    try:
+        runs = load_runs(results_dir, a.pilot)
+    except CreditBenchError:
+        return []
+    final = {(r.label, r.seed): r.final.get(a.metric) for r in runs if r.task == task}
+    out = []
+    for label, controls in a.credit_controls.items():
+        for control in controls:
+            shared = sorted(s for (lab, s) in final if lab == label and (control, s) in final)
+            if len(shared) < 3 or seeds < 2:
+                continue
+            sd = float(np.std([final[label, s] - final[control, s] for s in shared], ddof=1))
+            size = mde(sd, seeds, seeds - 1, a.alpha, family, a.power, paired=True)
+            need = next(
+                (k for k in range(3, 201) if mde(sd, k, k - 1, a.alpha, family, a.power, paired=True) <= 0.03), None
+            )
+            out.append(
+                f"    {label} vs {control}: MDE {100 * size:.1f} points (paired sd {sd:.4f} over the pilot's "
+                f"{len(shared)} seeds); seeds for 3 points: {need or '>200'}"
+            )
     return out
 
 

@@ -13,6 +13,9 @@ The word after ``results:`` names the source, relative to results/:
   difference to the baseline, sample AUC and its difference, pass@k at the largest k.
 - ``SWEEP/run``: one sentence on how the sweep ran: runs, budget, wall time and machine
   (``results/SWEEP/run_all.json``, written by run_all.sh) and the summed run time (report.json).
+- ``SWEEP/credit``, ``SWEEP/comparisons``, ``SWEEP/budget``, ``SWEEP/robust``, ``SWEEP/tuning``,
+  ``SWEEP/blame``: that section of the report (the credit family, the comparisons with GRPO, the
+  budget each label spent, rliable's summaries, the learning rates chosen, the blame alignment).
 - ``papers/NAME/analogue``: the paper's table beside its embedded analogue's measured values
   (bench/report/papers/analogue.py, from the analogue sweep's report.json).
 - ``PATH.md`` or ``PATH.md#N``: every Markdown table of ``results/PATH.md`` (a benchmark's output,
@@ -143,11 +146,13 @@ def sweep_credit(results: Path, sweep: str) -> tuple[str, str]:
 
 
 def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
-    """The tables of one of the report's sections (``budget``, ``robust``)."""
+    """The tables of one of the report's sections (``budget``, ``robust``, ``tuning``)."""
     from bench.report.files import budget_markdown
+    from bench.run import tuning
 
     report = _report(results, sweep)
     lines = budget_markdown(report.get("budgets") or []) if kind == "budget" else []
+    lines = tuning.markdown(report["tuning"]) if kind == "tuning" and report.get("tuning") else lines
     lines = lines or (report.get(kind) or {}).get("markdown", "").split("\n")
     table = [line for line in lines if line.startswith("|")]
     if not table:
@@ -223,11 +228,11 @@ def generate(source: str, results: Path) -> tuple[str, str]:
         return sweep_blame(results, sweep)
     if kind == "credit" and sweep:
         return sweep_credit(results, sweep)
-    if kind in ("budget", "robust") and sweep:
+    if kind in ("budget", "robust", "tuning") and sweep:
         return sweep_section(results, sweep, kind)
     raise CreditBenchError(
         f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, SWEEP/credit, SWEEP/comparisons, "
-        "SWEEP/budget, SWEEP/robust, SWEEP/blame, papers/NAME/analogue or PATH.md[#N]"
+        "SWEEP/budget, SWEEP/robust, SWEEP/tuning, SWEEP/blame, papers/NAME/analogue or PATH.md[#N]"
     )
 
 

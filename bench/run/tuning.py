@@ -110,7 +110,9 @@ def select(spec: SweepSpec, runs: list[RunResult]) -> dict[str, Any]:
                           "sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else None})  # fmt: skip
         done = [t for t in table if t["mean"] is not None]
         best = max(done, key=lambda t: t["mean"]) if done else None  # max keeps the first of equals: the grid's order
-        labels[label] = {"chosen": best["point"] if best else None, "grid": table}
+        lrs = sorted({t["point"]["lr"] for t in table})
+        edge = best is not None and len(lrs) > 2 and best["point"]["lr"] in (lrs[0], lrs[-1])
+        labels[label] = {"chosen": best["point"] if best else None, "edge": edge, "grid": table}
     return {
         "metric": metric,
         "seeds": list(spec.tune.seeds) if spec.tune else [],
@@ -148,7 +150,14 @@ def markdown(tuning: dict[str, Any]) -> list[str]:
     ]
     for label, v in tuning["labels"].items():
         cells = ", ".join(f"{_point(t['point'])}: {_mean(t['mean'])} ({t['runs']})" for t in v["grid"])
-        out.append(f"| {label} | {_point(v['chosen']) if v['chosen'] else '–'} | {cells} |")
+        chosen = (_point(v["chosen"]) + (" (grid edge)" if v.get("edge") else "")) if v["chosen"] else "–"
+        out.append(f"| {label} | {chosen} | {cells} |")
+    edges = [label for label, v in tuning["labels"].items() if v.get("edge")]
+    if edges:
+        out += [
+            "",
+            f"At the grid's edge ({', '.join(edges)}): the best learning rate may lie beyond it; widen `tune.lr`.",
+        ]
     return out + [""]
 
 

@@ -112,3 +112,20 @@ def test_dry_run_falls_back_to_the_prior_when_the_pilot_has_no_runs(tmp_path):
     )
     lines = design_lines(load_spec(spec), str(tmp_path))[2:]
     assert lines[0].startswith("  chain, vs the baseline: MDE of pass_at_1") and "prior: sd_train 0.0200" in lines[1]
+
+
+def test_the_dry_run_sizes_each_credit_comparison_as_its_report_will():
+    """With the committed flagship as its pilot, the dry run's MDE for each method-vs-twin or placebo
+    comparison (from that comparison's paired spread) is the one the flagship's report printed for it."""
+    import json
+    import re
+    from pathlib import Path
+
+    from bench.run.sweep import load_spec
+
+    results = Path(__file__).resolve().parents[2] / "results"
+    lines = design_lines(load_spec(results / "sweeps" / "embedded.yaml", results), str(results))
+    dry = dict(re.findall(r"^    (\S+ vs \S+): MDE ([\d.]+) points", "\n".join(lines), re.M))
+    report = json.loads((results / "embedded" / "report.json").read_text())["analysis"]["credit"]["markdown"]
+    printed = {f"{a} vs {b}": v for a, b, v in re.findall(r"`(\S+)` vs `(\S+)`: .*? of ([\d.]+) points", report)}
+    assert len(dry) == 5 and dry == printed

@@ -9,6 +9,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -331,6 +332,26 @@ def test_tuning_runs_every_label_on_its_own_seeds_and_problems(tmp_path):
     knobs = {"entropy_top": {"rho": [0.1, 0.2]}, "s_trace": {"rho": [0.1, 0.2, 0.5]}}
     with pytest.raises(CreditBenchError, match="tune.knobs must all list the same number of values"):
         load_spec(write_spec(tmp_path, tune={**tune, "knobs": knobs}), tmp_path, tuning=True)
+
+
+def test_a_choice_at_the_grids_edge_is_flagged(tmp_path):
+    """A label whose best learning rate is the grid's least or largest (of three or more) is marked in the
+    report, which asks for a wider grid; one inside the grid is not."""
+    from bench.run import tuning
+
+    spec = write_spec(tmp_path, methods=["grpo", "gspo"], tune={"lr": [1.0e-4, 2.0e-4, 4.0e-4], "seeds": [7]})
+    tuned = load_spec(spec, tmp_path, tuning=True)
+    scores = {"grpo": [0.1, 0.2, 0.3], "gspo": [0.1, 0.3, 0.2]}  # grpo best at 4e-4 (the edge), gspo at 2e-4
+    runs = []
+    for r in tuned.runs:
+        label, _, _ = r.label.partition("@")
+        mean = scores[label][[1.0e-4, 2.0e-4, 4.0e-4].index(r.cfg.rl.lr)]
+        runs.append(SimpleNamespace(label=r.label, final={"pass_at_1": mean}, samples=64, wall_s=1.0))
+    choice = tuning.select(load_spec(spec, tmp_path).spec, runs)
+    assert choice["labels"]["grpo"]["edge"] and not choice["labels"]["gspo"]["edge"]
+    text = "\n".join(tuning.markdown(choice))
+    assert "| grpo | lr 0.0004 (grid edge) |" in text and "| gspo | lr 0.0002 |" in text
+    assert "At the grid's edge (grpo)" in text
 
 
 @pytest.mark.slow
