@@ -125,8 +125,10 @@ class Sampler(Protocol):
 
     def generate(self, prompts: list[str], rows: list[dict]) -> RolloutBatch:
         """One completion of each prompt string, sampled by the current policy with the training
-        sampling settings and verified against ``rows[j]`` (e.g. IBPO's revision of an attempt).
-        Counted in the run's sample and token budgets; ``group_ids`` is ``arange(len(prompts))``."""
+        sampling settings and verified against ``rows[j]`` (e.g. IBPO's revision of an attempt), for
+        the method's own use, not to train on: its tokens count in the token budget, its completions
+        apart from the training samples (``RunResult.extra_samples``), so a sample budget stays exact;
+        ``group_ids`` is ``arange(len(prompts))``."""
         ...
 
     def logprobs(self, batch: RolloutBatch, prompts: list[str]) -> Tensor:
@@ -284,6 +286,12 @@ class Method:
         """How many rollout batches the engine may generate per step to fill it with groups that
         ``keep_groups`` keeps (DAPO's dynamic sampling); 1 means no refilling."""
         return 1
+
+    @property
+    def adds_training_rows(self) -> bool:
+        """Whether ``augment`` appends rows to train on (IBPO's repairs): training samples beyond the
+        rollouts, which a sample budget cannot stop at exactly (such a config is refused under one)."""
+        return False
 
     def keep_groups(self, batch: RolloutBatch) -> Tensor | None:
         """[num_groups] bool: the groups to train on, or None for all. Dropped groups are replaced

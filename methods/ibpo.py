@@ -27,7 +27,8 @@ x~ = revision_template(x, y_i, y_ref) (``augment``); then
     R'_i = R_i + lambda * phi_i                              A'_i = (R'_i - mean_g R') / (std_g R' + eps)
 
 A'_i on every token, GRPO's clipped token loss (eq. 3 of arXiv 2402.03300). The revisions are
-only verified, never trained on, and count in the sample budget (the sampler counts them).
+only verified, never trained on: their tokens count in the token budget, their number apart from
+the training samples (``extra_samples``), so a sample budget counts the rollouts that train.
 Mode "edit_mask": the same A'_i times m_t = 1[t not in U], U the tokens of y_i that the Levenshtein
 alignment with its revision keeps unchanged (methods.align.levenshtein).
 Mode "diff_credit": the reconstruction this file implemented before the account was found:
@@ -208,6 +209,10 @@ class IBPO(GRPO):
         if made is not None and made.sum() > 0:  # the share of revisions the verifier accepts
             out.scalars["revision_success"] = batch.extra[REVISIONS_CORRECT].sum() / made.sum()
         return out
+
+    @property
+    def adds_training_rows(self) -> bool:
+        return self.config.mode == "diff_credit" and self.config.repair
 
     def augment(self, batch: RolloutBatch, sampler: Sampler) -> RolloutBatch:
         """shaping / edit_mask: revise the incorrect rows against their references and store the

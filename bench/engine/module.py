@@ -28,7 +28,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from bench.config import EvalConfig, RLConfig
 from bench.core import Method, RolloutBatch, Task
-from bench.distributed import all_sum, gather_objects, mean_over_processes, rank, world_size
+from bench.distributed import gather_objects, mean_over_processes, rank, world_size
 from bench.engine import scoring, step
 from bench.engine.base_eval import BaseEvalCache
 from bench.engine.blame import (
@@ -186,14 +186,12 @@ class RLVRModule(L.LightningModule):
     def _rl_step(self, rows: list[dict]) -> None:
         rl, sampler = self.rl, self.sampler
         sampler.verify_s = 0.0
-        counted = sampler.samples, sampler.tokens
+        counted = sampler.samples, sampler.tokens, sampler.extra
         t0 = time.perf_counter()
         limit = rounds_left(self.samples, rl, self.eval_cfg.every_samples)  # up to the budget and next eval point
         drawn = train_rollouts(sampler, self.method, rows, rl, self.trainer.datamodule.refill, max_rounds=limit)
         batch = self.method.augment(drawn.batch, sampler)
-        # every process's generations count: the budget then stops all of them at the same step
-        new = all_sum(torch.tensor([sampler.samples - counted[0], sampler.tokens - counted[1]], device=self.device))
-        sampler.samples, sampler.tokens = counted[0] + int(new[0]), counted[1] + int(new[1])
+        sampler.gather_counts(counted, self.device)  # every process's generations count
         self.engine.sleep()  # a separate engine frees its memory until the next sync
         t1 = time.perf_counter()
         scored = self.score_batch(batch)
@@ -376,7 +374,8 @@ class RLVRModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["state_dict"] = trainable_state(checkpoint["state_dict"], self)
         checkpoint["creditbench"] = {
-            "rl_step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval_history": self.eval_history,
+            "rl_step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "extra": self.sampler.extra,
+            "eval_history": self.eval_history,
             "train_sums": self.train_sums, "grad_norm_max": self.grad_norm_max, "skipped_updates": self.skipped_updates,
             "probe": probe_state(self._probe),
             "blame_probe": blame_probe_state(self._blame_probe),
@@ -388,6 +387,7 @@ class RLVRModule(L.LightningModule):
         check_fits(checkpoint["state_dict"], self)
         c = checkpoint["creditbench"]
         self.rl_step, self.sampler.samples, self.sampler.tokens = c["rl_step"], c["samples"], c["tokens"]
+        self.sampler.extra = c.get("extra", 0)
         self.eval_history, self.skips.count = c["eval_history"], c["skipped_updates"]
         self.train_sums = c.get("train_sums", {})
         self.grad_norm_max = c.get("grad_norm_max", -math.inf)

@@ -16,7 +16,7 @@ import torch
 
 from bench.config import EvalConfig, RLConfig, SamplingConfig
 from bench.core import Method, RolloutBatch, Task
-from bench.distributed import world_size
+from bench.distributed import all_sum, world_size
 from bench.engine.rollout import RolloutEngine, completion_mask
 from bench.engine.scoring import score
 from bench.errors import CreditBenchError
@@ -33,6 +33,7 @@ class RolloutSampler:
         self.policy = policy  # the model ``logprobs`` scores with (the training policy)
         self.samples = 0  # completions generated for training
         self.tokens = 0  # completion tokens generated for training
+        self.extra = 0  # completions a method generated for its own use, only verified (Sampler.generate)
         self.verify_s = 0.0
 
     def rollout(
@@ -69,15 +70,27 @@ class RolloutSampler:
         )
         return batch, [{"parsed": o.parsed, "correct_flexible": o.correct_flexible} for o in outcomes]
 
-    def count(self, batch: RolloutBatch) -> None:
-        """Training samples and generated tokens consumed (every generation counts, kept or not)."""
-        self.samples += batch.size
+    def count(self, batch: RolloutBatch, extra: bool = False) -> None:
+        """Generated tokens (every generation, kept or not: the token budget) and training samples (the
+        sample budget), or for ``extra`` completions a method generates for its own use and only
+        verifies (IBPO's revisions) their number apart: the sample budget stays exact."""
+        if extra:
+            self.extra += batch.size
+        else:
+            self.samples += batch.size
         self.tokens += int(batch.lengths.sum())
 
+    def gather_counts(self, before: tuple[int, int, int], device) -> None:
+        """Add every process's generations since ``before`` (``(samples, tokens, extra)``) to the
+        counters of each: the budget then stops all of them at the same step."""
+        now = (self.samples, self.tokens, self.extra)
+        new = all_sum(torch.tensor([a - b for a, b in zip(now, before)], device=device))
+        self.samples, self.tokens, self.extra = (b + int(n) for b, n in zip(before, new))
+
     def generate(self, prompts: list[str], rows: list[dict]) -> RolloutBatch:
-        """bench.core.Sampler: one verified completion of each prompt string, counted in the budgets."""
+        """bench.core.Sampler: one verified completion of each prompt string, counted as ``extra``."""
         batch, _ = self._sample(prompts, rows, 1, self.sampling, details=False, task=self.task)
-        self.count(batch)
+        self.count(batch, extra=True)
         return batch
 
     @torch.no_grad()

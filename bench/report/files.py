@@ -148,10 +148,14 @@ def budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         grid = "varies by seed" if r["eval_samples"] is None else ", ".join(f"{x:,}" for x in r["eval_samples"])
         opt = "–" if not r["optimizer_steps"][1] else span(r["optimizer_steps"])
+        samples = span(r["samples"]) + (f" (+{span(r['extra_samples'])} own)" if r.get("extra_samples") else "")
         out.append(
-            f"| {r['model']} | {r['task']} | {r['label']} | {span(r['samples'])} | {span(r['tokens'])} "
+            f"| {r['model']} | {r['task']} | {r['label']} | {samples} | {span(r['tokens'])} "
             f"| {span(r['steps'])} | {opt} | {grid} |"
         )
+    if any(r.get("extra_samples") for r in rows):
+        out += ["", "(+N own): completions the method generated for its own use and only verified (IBPO's revisions): "
+                "in the tokens, not in the sample budget, which counts what trains."]  # fmt: skip
     differ = sorted({f"{r['task']} ({r['model']})" for r in rows if not r["same_grid"]})
     if differ:
         out += ["", f"Eval grids differ between labels on {', '.join(differ)}: their curves are not on one grid."]

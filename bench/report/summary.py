@@ -134,9 +134,10 @@ def _curve_fit(runs: list[RunResult]) -> dict[str, Any]:
 
 def budget_rows(runs: list[RunResult]) -> list[dict[str, Any]]:
     """Per (model, task, label): what its runs spent (samples, tokens, RL and optimizer steps: least
-    and most over seeds) and where they were evaluated (the training samples at each eval point, one
-    grid when every seed shares it); ``same_grid`` says whether every label of the (model, task) was
-    evaluated at the same sample counts, as a matched-budget comparison needs."""
+    and most over seeds; ``extra_samples`` where the method generated any for its own use) and where
+    they were evaluated (the training samples at each eval point, one grid when every seed shares
+    it); ``same_grid`` says whether every label of the (model, task) was evaluated at the same sample
+    counts, as a matched-budget comparison needs."""
     groups: dict[tuple, list[RunResult]] = defaultdict(list)
     for r in runs:
         groups[(r.model, r.task, r.label)].append(r)
@@ -152,6 +153,8 @@ def budget_rows(runs: list[RunResult]) -> list[dict[str, Any]]:
                 ("optimizer_steps", [r.optimizer_steps for r in rs]),
             )
         }
+        extra = [r.extra_samples for r in rs]  # a method's own generations, only verified (IBPO's revisions)
+        spent |= {"extra_samples": [min(extra), max(extra)]} if any(extra) else {}
         rows.append({"model": model, "task": task, "label": label, "seeds": len(rs), **spent,
                      "eval_samples": list(grids.pop()) if len(grids) == 1 else None})  # fmt: skip
     for row in rows:

@@ -51,20 +51,27 @@ def resolve(cfg: RunConfig) -> Resolved:
         )
     _allow_code(cfg, eval_tasks)
     _check_model(cfg, method)
-    _check_budget(cfg)
+    _check_budget(cfg, method)
     return Resolved(cfg, method, task, eval_tasks)
 
 
-def _check_budget(cfg: RunConfig) -> None:
+def _check_budget(cfg: RunConfig, method: Method) -> None:
     """A sample budget and a sample eval schedule in whole rollout batches: generation stops at them
-    exactly (bench.engine.sampling.train_rollouts), never past them."""
+    exactly (bench.engine.sampling.train_rollouts), never past them; no rows to train on beyond the
+    rollouts under a sample budget."""
+    check(
+        not (cfg.rl.budget_samples and method.adds_training_rows),
+        f"method {cfg.method.name!r} with these options appends rows to train on beyond its rollouts "
+        "(IBPO's repairs), so its runs cannot stop at rl.budget_samples exactly; give a token budget "
+        "(rl.budget_tokens) or rl.steps instead, or turn them off (ibpo: repair: false)",
+    )
     batch = cfg.rl.prompts_per_step * cfg.rl.group_size
     for key, value in (("rl.budget_samples", cfg.rl.budget_samples), ("eval.every_samples", cfg.eval.every_samples)):
         lower, upper = value // batch * batch, -(-value // batch) * batch
         check(
             value % batch == 0,
             f"{key} ({value}) is not a multiple of one rollout batch (rl.prompts_per_step x rl.group_size = "
-            f"{batch}), so a step would pass it; use {lower or upper} or {upper}",
+            f"{batch}), so a step would pass it; use " + (f"{lower} or {upper}" if lower else f"{upper}"),
         )
 
 

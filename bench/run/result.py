@@ -59,7 +59,10 @@ class RunResult:
     samples: int
     """Training completions generated."""
     tokens: int
-    """Completion tokens generated for training."""
+    """Completion tokens generated for training (and for a method's own use: ``extra_samples``)."""
+    extra_samples: int = 0
+    """Completions the method generated for its own use and only verified (IBPO's revisions): their
+    tokens are in ``tokens``, they are not in ``samples`` (the sample budget counts what trains)."""
     wall_s: float
     """Seconds of training and evaluation (over every attempt of a resumed run)."""
     tags: dict[str, str] = field(default_factory=dict)

@@ -240,6 +240,7 @@ def _record(
         steps=module.rl_step,
         optimizer_steps=module.rl_step * cfg.rl.ppo_epochs * cfg.rl.minibatches - module.skipped_updates,
         samples=module.samples,
+        extra_samples=module.sampler.extra,
         tokens=module.tokens,
         wall_s=round(wall, 1),
         tags=dict(cfg.tracking.tags),

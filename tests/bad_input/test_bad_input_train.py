@@ -168,6 +168,23 @@ TRAIN_CASES = [
     ("checkpoint-every-word", ["--checkpoint.every", "often"], ["checkpoint.every", "often"]),
     ("checkpoint-resume", ["--checkpoint.resume", "maybe"], ["checkpoint.resume", "maybe"]),
     ("max-skipped-updates", ["--rl.max_skipped_updates", "-1"], ["rl.max_skipped_updates must be >= 0"]),
+    (
+        "budget-not-whole-batches",
+        ["--rl.budget_samples", "300"],
+        ["rl.budget_samples (300) is not a multiple of one rollout batch", "use 256 or 384"],
+    ),
+    (
+        "repairs-under-sample-budget",
+        [
+            "--method.name",
+            "ibpo",
+            "--method.options",
+            "{mode: diff_credit, repair: true}",
+            "--rl.budget_samples",
+            "128",
+        ],
+        ["'ibpo'", "cannot stop at rl.budget_samples exactly", "rl.budget_tokens", "repair: false"],
+    ),
     # missing files
     (
         "model-dir-home",

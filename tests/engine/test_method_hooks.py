@@ -130,11 +130,13 @@ def test_the_adapter_on_states_from_their_own_pass():
 def test_sampler_generate_verifies_and_counts(setup):
     policy, _, task, sampler, batch = setup
     rows = batch.rows[:2]
-    before = sampler.samples, sampler.tokens
+    before = sampler.samples, sampler.tokens, sampler.extra
     out = sampler.generate([batch.prompts[0], batch.prompts[0] + "1"], rows)
     assert out.size == 2 and out.group_ids.tolist() == [0, 1] and len(out.completions) == 2
     assert out.rewards.tolist() == [o.reward for o in task.verify(out.completions, rows)]
-    assert sampler.samples == before[0] + 2 and sampler.tokens == before[1] + int(out.lengths.sum())
+    # the method's own generations: in the tokens and apart from the training samples (the sample budget)
+    assert sampler.tokens == before[1] + int(out.lengths.sum())
+    assert sampler.samples == before[0] and sampler.extra == before[2] + 2
 
 
 def test_sampler_logprobs_after_other_prompts(setup):

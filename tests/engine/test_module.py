@@ -250,11 +250,12 @@ def test_ibpo_repair_mode_trains_through_the_real_sampler(policy_dir):
 
 def test_ibpo_shaping_revises_through_the_real_sampler(policy_dir):
     """IBPO's default mode on the real engine: every incorrect row (each has siblings) is revised by
-    the policy through Sampler.generate, counted in the sample budget; the verdicts reach credit()
-    per row, and the revisions are not trained on (the batch keeps its size)."""
+    the policy through Sampler.generate, counted apart from the training samples (the sample budget
+    counts what trains); the verdicts reach credit() per row, and the revisions are not trained on
+    (the batch keeps its size)."""
     seen, rows, module = _ibpo_run(policy_dir, 2)
     revised = [int(b.extra["revisions"].sum()) for b in seen]
     assert [b.size for b in seen] == [16, 16] and [r["train/batch_size"] for r in rows] == [16, 16]
     assert revised == [int((~b.correct).sum()) for b in seen] and sum(revised) > 0
     assert all((b.extra["revisions_correct"] <= b.extra["revisions"]).all() for b in seen)
-    assert module.samples == 2 * 16 + sum(revised)
+    assert module.samples == 2 * 16 and module.sampler.extra == sum(revised)

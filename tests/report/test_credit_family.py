@@ -76,6 +76,7 @@ class _Spent:
     def __init__(self, label, seed, grid, steps):
         self.label, self.seed, self.model, self.task = label, seed, "tiny-500k", "chain"
         self.samples, self.tokens, self.steps, self.optimizer_steps = grid[-1], 10 * grid[-1], steps, 2 * steps
+        self.extra_samples = 0
         self.history = [type("P", (), {"samples": s})() for s in grid]
 
 
@@ -94,6 +95,13 @@ def test_the_budget_table_gives_each_labels_spend_and_says_where_eval_grids_diff
     rows = {r["label"]: r for r in budget_rows(runs)}
     assert rows["dapo"]["eval_samples"] is None and not rows["grpo"]["same_grid"]
     assert "Eval grids differ between labels on chain (tiny-500k)" in "\n".join(budget_markdown(list(rows.values())))
+    assert "own" not in text and all("extra_samples" not in r for r in rows.values())
+    ibpo = [_Spent("ibpo", s, [0, 1024, 2048], 16) for s in range(2)]
+    ibpo[0].extra_samples, ibpo[1].extra_samples = 130, 151  # its revisions: apart from the sample budget
+    rows = {r["label"]: r for r in budget_rows(runs[:3] + ibpo)}
+    assert rows["ibpo"]["extra_samples"] == [130, 151] and rows["ibpo"]["samples"] == [2048, 2048]
+    text = "\n".join(budget_markdown(list(rows.values())))
+    assert "| ibpo | 2,048 (+130–151 own) |" in text and "(+N own): completions the method generated" in text
 
 
 def test_a_misspelt_credit_control_names_the_valid_ones(tmp_path):
