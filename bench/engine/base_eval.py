@@ -80,6 +80,7 @@ class BaseEvalCache:
         self.settings = settings
         self.key: str | None = None  # the key of a base eval in progress that is not stored yet
         self._restore: dict[str, Any] | None = None  # the random states a reused eval left
+        self.reused = False  # whether this run's base eval was a stored one
 
     @classmethod
     def for_run(cls, cfg, numerics: dict[str, Any]) -> BaseEvalCache:
@@ -119,7 +120,7 @@ class BaseEvalCache:
             entry = None
         if entry is None:
             return None
-        self.key, self._restore = None, entry["rng"]
+        self.key, self._restore, self.reused = None, entry["rng"], True
         return entry["results"]
 
     def store(self, results: dict[str, Any]) -> None:

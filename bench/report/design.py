@@ -194,5 +194,7 @@ def _eval_completions(cfg) -> int:
 
 
 def _eval_completions_done(run) -> int:
-    """Eval completions a finished run generated (its eval points x problems x n, every eval task)."""
-    return sum(len(p.per_problem.get(t, ())) * run.eval_n for p in run.history for t in p.eval)
+    """Eval completions a finished run generated (its eval points x problems x n, every eval task; not
+    a base eval it reused)."""
+    points = run.history[1:] if run.base_eval_reused else run.history
+    return sum(len(p.per_problem.get(t, ())) * run.eval_n for p in points for t in p.eval)

@@ -118,6 +118,12 @@ def sweep_run(results: Path, sweep: str) -> tuple[str, str]:
     report = _report(results, sweep)
     budget = ", ".join(f"{n:,} {kind}" for kind, n in report["budget"].items()) or "as configured"
     text = f"{report['runs']} runs of {budget} each; {report['compute_s'] / 60:.1f} min of run time in all"
+    tuning = report.get("tuning")
+    if tuning:  # the learning rates were tuned first (bench.run.tuning): its runs are part of the cost
+        text = (
+            f"{tuning['runs']} tuning runs ({tuning['wall_s'] / 60:.1f} min of run time), then {report['runs']} "
+            f"runs of {budget} each ({report['compute_s'] / 60:.1f} min)"
+        )
     info_path = results / sweep / "run_all.json"
     if info_path.is_file():
         info = json.loads(info_path.read_text())

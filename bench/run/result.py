@@ -60,6 +60,8 @@ class RunResult:
     """Training completions generated."""
     tokens: int
     """Completion tokens generated for training (and for a method's own use: ``extra_samples``)."""
+    base_eval_reused: bool = False
+    """Whether the step-0 eval was a stored one (``eval.reuse_base``): it cost this run nothing."""
     extra_samples: int = 0
     """Completions the method generated for its own use and only verified (IBPO's revisions): their
     tokens are in ``tokens``, they are not in ``samples`` (the sample budget counts what trains)."""

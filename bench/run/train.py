@@ -241,6 +241,7 @@ def _record(
         optimizer_steps=module.rl_step * cfg.rl.ppo_epochs * cfg.rl.minibatches - module.skipped_updates,
         samples=module.samples,
         extra_samples=module.sampler.extra,
+        base_eval_reused=module.base_eval is not None and module.base_eval.reused,
         tokens=module.tokens,
         wall_s=round(wall, 1),
         tags=dict(cfg.tracking.tags),

@@ -56,13 +56,19 @@ def test_the_csv_reads_back_to_the_reports_numbers():
 
 
 def test_the_latex_has_one_row_per_comparison_with_underscores_escaped():
-    tex = to_latex(comparison_rows(REPORT))
+    report = copy.deepcopy(REPORT)
+    report["analysis"]["credit"]["assessment"]["rows"][1]["verdict"] = "equivalent (±0.03)"
+    tex = to_latex(comparison_rows(report))
     lines = tex.splitlines()
     assert lines[0].startswith(r"\begin{tabular}") and r"\toprule" in lines and lines[-1] == r"\end{tabular}"
     body = [line for line in lines[lines.index(r"\midrule") + 1 :] if line.endswith(r"\\")]
     assert len(body) == len(ASSESSED)
     assert all(not re.search(r"(?<!\\)_", line) for line in body)  # every _ escaped outside the header's math
-    assert body[0].startswith(r"credit & s\_trace & chain & tiny-500k & s\_trace-twin & 0.543 [0.531, 0.556] & +0.017")
+    first = ASSESSED[0]
+    mean = f"{first['mean']['value']:.3f} [{first['mean']['lo']:.3f}, {first['mean']['hi']:.3f}]"
+    assert body[0].startswith(
+        rf"credit & s\_trace & chain & tiny-500k & s\_trace-twin & {mean} & {first['diff']['value']:+.3f}"
+    )
     assert r"equivalent ($\pm$0.03)" in tex and r"$<$0.001" in tex
     assert (
         latex_escape("a_b & 50% #1 {x} ~^\\")
@@ -79,7 +85,9 @@ def test_the_markdown_rounds_and_shows_missing_values_as_dashes():
     rows = comparison_rows(report)
     md = to_markdown(rows).splitlines()
     assert len(md) == 2 + len(ASSESSED)
-    assert md[2] == "| credit | s_trace | chain | tiny-500k | s_trace-twin | 0.543 | +0.017 | – | – | inconclusive |"
+    first = ASSESSED[0]
+    values = f"{first['mean']['value']:.3f} | {first['diff']['value']:+.3f}"
+    assert md[2] == f"| credit | s_trace | chain | tiny-500k | s_trace-twin | {values} | – | – | {first['verdict']} |"
     back = next(csv.DictReader(io.StringIO(to_csv(rows))))
     assert back["mean_lo"] == back["p"] == back["p_holm"] == ""
     report["analysis"] = None
