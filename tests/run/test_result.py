@@ -25,6 +25,8 @@ def result_json() -> dict:
         "optimizer_steps": 10,
         "samples": 160,
         "tokens": 1600,
+        "base_eval_reused": True,
+        "extra_samples": 7,
         "wall_s": 12.3,
         "tags": {"label": "grpo-lora", "run_key": "k"},
         "budget": {"samples": 160, "tokens": 0},
@@ -70,13 +72,14 @@ def test_the_json_round_trips_unchanged(tmp_path):
 
 def test_older_results_without_optional_keys_load():
     data = result_json()
-    for key in ("eval_tasks", "lora_rank", "credit_probe", "tags", "train", "eval_n", "problem_ids", "blame"):
+    for key in ("eval_tasks", "lora_rank", "credit_probe", "tags", "train", "eval_n", "problem_ids", "blame",
+                "base_eval_reused", "extra_samples"):  # fmt: skip
         data.pop(key)
     for point in data["history"]:
         del point["per_problem"], point["blame"]
     r = RunResult(**data)
     assert (r.eval_tasks, r.lora_rank, r.credit_probe, r.label, r.train) == (["arithmetic"], 0, None, "grpo", {})
-    assert (r.eval_n, r.problem_ids, r.blame) == (0, {}, {})
+    assert (r.eval_n, r.problem_ids, r.blame, r.base_eval_reused, r.extra_samples) == (0, {}, {}, False, 0)
     assert all(p.per_problem == {} and p.blame == {} for p in r.history)
 
 
