@@ -154,7 +154,7 @@ def budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
             f"| {span(r['steps'])} | {opt} | {grid} |"
         )
     if any(r.get("extra_samples") for r in rows):
-        out += ["", "(+N own): completions the method generated for its own use and only verified (IBPO's revisions): "
+        out += ["", "(+N own): completions the method generated for its own use and only verified (Method.augment): "
                 "in the tokens, not in the sample budget, which counts what trains."]  # fmt: skip
     differ = sorted({f"{r['task']} ({r['model']})" for r in rows if not r["same_grid"]})
     if differ:

@@ -62,8 +62,8 @@ def _check_budget(cfg: RunConfig, method: Method) -> None:
     check(
         not (cfg.rl.budget_samples and method.adds_training_rows),
         f"method {cfg.method.name!r} with these options appends rows to train on beyond its rollouts "
-        "(IBPO's repairs), so its runs cannot stop at rl.budget_samples exactly; give a token budget "
-        "(rl.budget_tokens) or rl.steps instead, or turn them off (ibpo: repair: false)",
+        "(Method.adds_training_rows), so its runs cannot stop at rl.budget_samples exactly; give a token "
+        "budget (rl.budget_tokens) or rl.steps instead, or the options that turn them off (repair: false)",
     )
     batch = cfg.rl.prompts_per_step * cfg.rl.group_size
     for key, value in (("rl.budget_samples", cfg.rl.budget_samples), ("eval.every_samples", cfg.eval.every_samples)):
