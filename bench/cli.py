@@ -9,6 +9,7 @@ creditbench table --sweep NAME [--format md|csv|tex|all]   a sweep's comparisons
 creditbench curves --sweep NAME --labels A B --task T      overlay labels' pass@1 curves (PNG)
 creditbench methods | tasks [NAME]                         list the registries, or one entry's options
 creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
+creditbench server [--host H --port 5000] | --stop         shared MLflow tracking server (PostgreSQL)
 creditbench fetch NAME [--force]                           cache a pretrained model (qwen2.5-coder-0.5b-instruct)
 creditbench bases build TASK... [--fresh --pin] | pin DIR... | verify   the tiny bases: warm-start, pin, check
 creditbench --version
@@ -342,6 +343,7 @@ COMMANDS = {
     "methods": "list methods",
     "tasks": "list tasks",
     "ui": "MLflow UI on 127.0.0.1",
+    "server": "shared MLflow tracking server on PostgreSQL",
     "fetch": "download and cache a pretrained model",
     "bases": "build, pin and verify the tiny base checkpoints",
 }
@@ -374,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(cmd, rest)
         if cmd == "ui":
             return cmd_ui(rest)
+        if cmd == "server":
+            from bench.run.server import main as cmd_server
+
+            return cmd_server(rest)
         if cmd == "fetch":
             from bench.models.pretrained import main as cmd_fetch
 
