@@ -27,7 +27,7 @@ from bench.config import RunConfig
 from bench.errors import CreditBenchError
 from bench.run import sweep_runs, tracking
 from bench.run.result import RunResult
-from bench.run.stores import claim_store
+from bench.run.stores import claim_store, record_store
 from bench.run.sweep import Sweep, SweepRun, result_path
 from bench.run.worker import Isolated, WorkerPool
 
@@ -50,10 +50,11 @@ def run_sweep(
     out = Path(results_dir) / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out, sweep.name)
-    claim_store(out, uri)  # before anything in results/<sweep>/ or either store is touched
+    recorded = claim_store(out, uri, sweep.name)  # before anything in results/<sweep>/ or either store is touched
     t0 = time.perf_counter()
     client = tracking.client(uri)
-    parent = _parent_run(client, sweep)
+    parent = _parent_run(client, sweep, recorded)
+    record_store(out, uri, client.get_run(parent).info.experiment_id, parent)
     (out / "sweep.yaml").write_text(sweep.path.read_text())
     threads = sweep.spec.threads or max(1, (os.cpu_count() or 1) // jobs)
 
@@ -175,8 +176,9 @@ def _budget_text(budget: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in budget.items())
 
 
-def _parent_run(client, sweep: Sweep) -> str:
-    """The sweep's parent MLflow run: the existing one for this sweep name, else a new one."""
+def _parent_run(client, sweep: Sweep, run_id: str | None = None) -> str:
+    """The sweep's parent MLflow run: ``run_id`` (the one results/<sweep>/store.json records), else the
+    existing one for this sweep name, else a new one."""
     runs = sweep.runs
     tags = {
         "kind": "sweep",
@@ -194,7 +196,8 @@ def _parent_run(client, sweep: Sweep) -> str:
         "seeds": ", ".join(dict.fromkeys(str(r.cfg.seed) for r in runs)),
         "target": sweep.spec.target,
     }
-    return sweep_runs.open_sweep_run(client, sweep.spec.experiment, sweep.name, tags, params, sweep.path.read_text())
+    spec_text = sweep.path.read_text()
+    return sweep_runs.open_sweep_run(client, sweep.spec.experiment, sweep.name, tags, params, spec_text, run_id)
 
 
 def _finished(client, out: Path, r: SweepRun) -> bool:

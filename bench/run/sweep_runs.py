@@ -23,11 +23,18 @@ def sweep_run(client, experiment: str, sweep: str) -> str | None:
 
 
 def open_sweep_run(
-    client, experiment: str, sweep: str, tags: dict[str, str], params: dict[str, Any], spec_text: str
+    client,
+    experiment: str,
+    sweep: str,
+    tags: dict[str, str],
+    params: dict[str, Any],
+    spec_text: str,
+    run_id: str | None = None,
 ) -> str:
-    """The sweep's parent run, RUNNING: the existing one (its tags refreshed) or a new one with
+    """The sweep's parent run, RUNNING: ``run_id`` (the one its results folder records, see
+    bench.run.stores) or else the latest of the sweep's name, its tags refreshed, or a new one with
     ``params``; the spec is logged to it as sweep.yaml."""
-    run_id = sweep_run(client, experiment, sweep)
+    run_id = run_id or sweep_run(client, experiment, sweep)
     if run_id is not None:
         client.update_run(run_id, status="RUNNING")
         for k, v in tags.items():
@@ -56,6 +63,11 @@ def delete_sweep_runs(client, experiment: str, sweep: str, key: str, keep: str |
     ):
         if run.info.run_id != keep:
             client.delete_run(run.info.run_id)
+
+
+def report_files(out: Path) -> list[Path]:
+    """The report files of a sweep's folder (not the per-run configs, logs and results)."""
+    return [p for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")]
 
 
 def log_files(client, run_id: str, paths: list[Path], artifact_path: str) -> None:
