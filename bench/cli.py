@@ -10,6 +10,7 @@ creditbench curves --sweep NAME --labels A B --task T      overlay labels' pass@
 creditbench methods | tasks [NAME]                         list the registries, or one entry's options
 creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
 creditbench server [--host H --port 5000] | --stop         shared MLflow tracking server (PostgreSQL)
+creditbench slurm SPEC.yaml [--nodes N --gpus_per_node G --time T --uri URI]   sbatch script: a Ray cluster + the sweep
 creditbench fetch NAME [--force]                           cache a pretrained model (qwen2.5-coder-0.5b-instruct)
 creditbench bases build TASK... [--fresh --pin] | pin DIR... | verify   the tiny bases: warm-start, pin, check
 creditbench --version
@@ -361,6 +362,7 @@ COMMANDS = {
     "tasks": "list tasks",
     "ui": "MLflow UI on 127.0.0.1",
     "server": "shared MLflow tracking server on PostgreSQL",
+    "slurm": "sbatch script that runs a sweep on a Ray cluster across a SLURM allocation",
     "fetch": "download and cache a pretrained model",
     "bases": "build, pin and verify the tiny base checkpoints",
 }
@@ -397,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.run.server import main as cmd_server
 
             return cmd_server(rest)
+        if cmd == "slurm":
+            from bench.run.slurm import main as cmd_slurm
+
+            return cmd_slurm(rest)
         if cmd == "fetch":
             from bench.models.pretrained import main as cmd_fetch
 
