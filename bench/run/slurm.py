@@ -174,13 +174,13 @@ def check_runs(sweep, gpus_per_node: int, cpus_per_node: int) -> None:
                 f"run {r.key} has trainer.num_nodes={t.num_nodes}: a multi-node run is one Lightning job under "
                 "SLURM (srun with --ntasks-per-node = trainer.devices), not a run of a Ray sweep"
             )
-        gpus = t.devices if t.accelerator == "gpu" else 0
-        if gpus > gpus_per_node:
-            raise CreditBenchError(f"run {r.key} needs {gpus} GPUs on one node; --gpus_per_node is {gpus_per_node}")
-    if sweep.spec.threads > cpus_per_node:
-        raise CreditBenchError(
-            f"the sweep's runs take {sweep.spec.threads} threads each; --cpus_per_node is {cpus_per_node}"
-        )
+        # as the Ray engine asks: trainer.devices GPUs where the run trains on GPUs (auto: where there are some)
+        gpu = t.accelerator == "gpu" or (t.accelerator == "auto" and gpus_per_node > 0)
+        if gpu and t.devices > gpus_per_node:
+            raise CreditBenchError(f"run {r.key} needs {t.devices} GPUs on a node; --gpus_per_node is {gpus_per_node}")
+        threads = max(r.cfg.threads, sweep.spec.threads)
+        if threads > cpus_per_node:
+            raise CreditBenchError(f"run {r.key} takes {threads} threads; --cpus_per_node is {cpus_per_node}")
 
 
 def render(
