@@ -240,6 +240,11 @@ def test_summarize_reports_to_the_sweep_store_and_says_when_it_cannot(capsys, ws
     exp = c.get_experiment_by_name("creditbench").experiment_id
     parent = c.create_run(exp, run_name=SWEEP, tags={"kind": "sweep", "sweep": SWEEP}).info.run_id
     (ws.results / SWEEP / "store.json").write_text(json.dumps({"uri": ws.uri, "store": store_key(ws.uri)}))
+    # the store the sweep ran against is named by --uri only: the default one does not hold its run
     code, out, _ = cli(capsys, "summarize", "--sweep", SWEEP, "--results_dir", ws.results, "--no_plots")
-    assert code == 0 and f"logged to the sweep's parent MLflow run {parent} in {store_key(ws.uri)}" in out
+    assert code == 0 and f"not logged to MLflow: sweep '{SWEEP}' was tracked in {ws.uri!r}" in out
+    assert not elsewhere.exists() and not c.list_artifacts(parent, "report")
+    named = ("--results_dir", str(ws.results), "--no_plots", "--uri", ws.uri)
+    code, out, _ = cli(capsys, "summarize", "--sweep", SWEEP, *named)
+    assert code == 0 and f"logged to the sweep's parent MLflow run {parent} in {ws.uri}" in out
     assert [a.path for a in c.list_artifacts(parent, "report")]
