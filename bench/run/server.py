@@ -278,10 +278,8 @@ def stop(root: Path, timeout: float = 60.0) -> int:
         print(f"no creditbench server runs from {root}")
         return 0
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+    while time.monotonic() < deadline:  # it removes its pid file once MLflow and PostgreSQL are down
+        if not pidfile.is_file() or not _alive(pidfile):
             print(f"stopped the creditbench server of {root}")
             return 0
         time.sleep(0.2)
