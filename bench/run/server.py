@@ -132,6 +132,9 @@ def start_postgres(root: Path, db_port: int) -> str:
     pgdata = root / "pg"
     if not (pgdata / "PG_VERSION").is_file():
         _initdb(root, pgdata)
+    status = subprocess.run(_as_db_owner([pg_binary("pg_ctl"), "-D", str(pgdata), "status"]), capture_output=True)
+    if status.returncode == 0:  # not to be stopped by whoever started it: refused, not reused
+        raise CreditBenchError(f"a PostgreSQL cluster already runs in {pgdata} (stop it: creditbench server --stop)")
     if not port_free("127.0.0.1", db_port):
         raise CreditBenchError(f"port {db_port} on 127.0.0.1 is in use (another PostgreSQL?): give another --db_port")
     opts = f"-c listen_addresses=127.0.0.1 -p {db_port} -c unix_socket_directories=''"
@@ -141,7 +144,11 @@ def start_postgres(root: Path, db_port: int) -> str:
         _run(start, "pg_ctl start", start_new_session=True)
     except CreditBenchError as e:
         raise CreditBenchError(f"{e}; see {pgdata / 'server.log'}") from None
-    _create_database(root, db_port)
+    try:
+        _create_database(root, db_port)
+    except Exception as e:  # psycopg2's errors: the cluster started is stopped again
+        stop_postgres(root)
+        raise CreditBenchError(f"cannot create the {DB_NAME} database in {pgdata}: {str(e).splitlines()[0]}") from None
     return f"postgresql+psycopg2://{DB_USER}@127.0.0.1:{db_port}/{DB_NAME}"
 
 
