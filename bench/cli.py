@@ -133,8 +133,8 @@ def _server_ui(uri: str) -> int:
 
 def cmd_summarize(argv: list[str]) -> int:
     from bench.report.files import markdown, summarize
-    from bench.run.launch import log_report
     from bench.run.spec import SweepSpec, read_spec
+    from bench.run.stores import log_report
 
     ap = ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
@@ -143,24 +143,21 @@ def cmd_summarize(argv: list[str]) -> int:
     ap.add_argument(
         "--uri",
         default=None,
-        help="MLflow store whose parent run of the sweep gets the report (default: the store the sweep ran "
-        "against, recorded in results/<sweep>/store.json)",
+        help="MLflow store whose parent run of the sweep gets the report, if it holds the one recorded in "
+        "results/<sweep>/store.json (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
     )
     a = ap.parse_args(argv)
     out = Path(a.results_dir) / a.sweep
-    if a.uri is None:
-        from bench.run.stores import recorded_uri
-
-        a.uri = recorded_uri(out) or default_uri()
+    a.uri = a.uri or default_uri()  # never the path store.json records: that store may be another checkout's
     report, written = summarize(a.results_dir, a.sweep, plots=not a.no_plots)
     spec = read_spec(out / "sweep.yaml") if (out / "sweep.yaml").is_file() else None  # the spec the sweep ran
-    parent = log_report(a.uri, spec.experiment if spec else SweepSpec.experiment, a.sweep, out)
+    parent, why = log_report(out, a.uri, spec.experiment if spec else SweepSpec.experiment, a.sweep)
     print(markdown(report))
     print("\nwritten: " + ", ".join(str(p) for p in written))
     if parent:
         print(f"logged to the sweep's parent MLflow run {parent} in {a.uri} (artifacts: report/)")
     else:
-        print(f"not logged to MLflow: no parent run of sweep {a.sweep!r} found in {a.uri} (give its store: --uri)")
+        print(f"not logged to MLflow: {why}")
     return 0
 
 
@@ -176,7 +173,9 @@ def cmd_sweep(argv: list[str]) -> int:
         "run, in --jobs worker processes that import everything once; then the report.",
     )
     ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
-    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    ap.add_argument(
+        "--jobs", type=int, default=None, help="runs at a time (default 1; with --ray, as many as the cluster holds)"
+    )
     ap.add_argument("--results_dir", default="results", help="the sweep's folder goes under it (default results)")
     ap.add_argument(
         "--uri",
@@ -201,8 +200,17 @@ def cmd_sweep(argv: list[str]) -> int:
         action="store_true",
         help="each run in a process of its own (default: --jobs worker processes that import everything once)",
     )
+    ap.add_argument(
+        "--ray",
+        nargs="?",
+        const=os.environ.get("RAY_ADDRESS") or "local",
+        default=os.environ.get("RAY_ADDRESS"),
+        metavar="ADDRESS",
+        help="run on a Ray cluster: its head's host:port (default: $RAY_ADDRESS; set, it implies --ray), or "
+        "'local' to start one on this machine (bench.run.ray_engine; docs/cluster.md)",
+    )
     a = ap.parse_args(argv)
-    if a.jobs < 1:
+    if a.jobs is not None and a.jobs < 1:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
     sweep = load_spec(a.spec, a.results_dir)
     if a.dry_run:
@@ -219,18 +227,20 @@ def cmd_sweep(argv: list[str]) -> int:
         print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
         from bench.report.design import cost_line, design_lines
 
-        print("\n".join(design_lines(sweep, a.results_dir, a.jobs)))
+        print("\n".join(design_lines(sweep, a.results_dir, a.jobs or 1)))
         if sweep.spec.tune is not None:
             tuned = load_spec(a.spec, a.results_dir, tuning=True)
             done = "done: results/{0}/tuning.json" if tuning.read(a.results_dir, sweep.name) else "first: {1} runs"
-            print(f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs)}")
+            print(
+                f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs or 1)}"
+            )
         return 0
     if sweep.spec.tune is not None and tuning.read(a.results_dir, sweep.name) is None:
         tuned = load_spec(a.spec, a.results_dir, tuning=True)
-        run_sweep(tuned, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate)
+        run_sweep(tuned, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
         tuning.write(sweep.spec, tuned, a.results_dir)
         sweep = load_spec(a.spec, a.results_dir)  # its runs at the chosen points
-    report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate)
+    report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
     print(markdown(report))
     print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
     return 0
@@ -418,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_summarize(rest)
     except CreditBenchError as e:
         return _fail(str(e))
+    except KeyboardInterrupt as e:  # one line (a sweep has said what it stopped); the shell's status for Ctrl-C
+        from bench.run.launch import SweepInterrupted
+
+        if not isinstance(e, SweepInterrupted):
+            print("creditbench: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

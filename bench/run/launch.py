@@ -17,6 +17,8 @@ import dataclasses
 import fcntl
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -26,27 +28,36 @@ from typing import Any
 from bench.config import RunConfig
 from bench.errors import CreditBenchError
 from bench.run import sweep_runs, tracking
+from bench.run.ray_engine import MAX_ATTEMPTS, RunLost
 from bench.run.result import RunResult
 from bench.run.stores import claim_store, record_store
 from bench.run.sweep import Sweep, SweepRun, result_path
 from bench.run.worker import Isolated, WorkerPool
 
+LOST = -1000
+"""A run's outcome when its node left the cluster on every attempt."""
+
 
 def run_sweep(
     sweep: Sweep,
     report: Callable[[Sweep, str], dict[str, Any]],
-    jobs: int = 1,
+    jobs: int | None = 1,
     results_dir: str = "results",
     uri: str | None = None,
     log=print,
     isolate: bool = False,
+    ray: str | None = None,
 ) -> dict[str, Any]:
     """Run every unfinished run of the sweep, ``jobs`` at a time, then write its report with
     ``report(sweep, results_dir)`` (bench.report.files.write_report) and log it to the parent run.
     The runs go to ``jobs`` long-lived worker processes (bench.run.worker), or with ``isolate``
-    each to a ``creditbench train`` process of its own."""
+    each to a ``creditbench train`` process of its own, or with ``ray`` (a cluster's address, or
+    "local") to actors on a Ray cluster (bench.run.ray_engine; ``jobs`` None: as many as it holds).
+    Ctrl-C stops the runs, marks them and the parent run KILLED, says so in one line and raises
+    :class:`SweepInterrupted`; the same call again resumes."""
     uri = uri or tracking.default_uri()
     tracking.check_tracking_uri(uri, write=True)  # before results/<sweep>/, its lock or the parent run exist
+    plan = plan_engine(sweep, jobs, isolate, ray, results_dir)  # the cluster and what it can run, likewise
     out = Path(results_dir) / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out, sweep.name)
@@ -56,51 +67,12 @@ def run_sweep(
     parent = _parent_run(client, sweep, recorded)
     record_store(out, uri, client.get_run(parent).info.experiment_id, parent)
     (out / "sweep.yaml").write_text(sweep.path.read_text())
-    threads = sweep.spec.threads or max(1, (os.cpu_count() or 1) // jobs)
-
-    todo, done = [], []
-    for r in sweep.runs:
-        (done if _finished(client, out, r) else todo).append(r)
-    log(
-        f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(done)} finished, {len(todo)} to run "
-        f"({jobs} at a time, {threads} threads each); MLflow parent run {parent}"
-    )
-
-    def launched(r: SweepRun) -> RunConfig:
-        return _launched(r, sweep, threads, uri, results_dir, parent)
-
-    for r in todo:  # what an earlier, unfinished attempt left: its MLflow runs but the one it resumes into
-        sweep_runs.delete_sweep_runs(client, sweep.spec.experiment, sweep.name, r.key, keep=_resumable(launched(r)))
-        result_path(results_dir, sweep.name, r.key).unlink(missing_ok=True)
-
-    def launch(r: SweepRun) -> tuple[SweepRun, int, float]:
-        from bench.run.args import config_yaml
-
-        cfg_path = out / "configs" / f"{r.key}.yaml"
-        cfg_path.parent.mkdir(exist_ok=True)
-        cfg_path.write_text(config_yaml(launched(r)))
-        log_path = out / "logs" / f"{r.key}.log"
-        start = time.perf_counter()
-        # a multi-process run's launcher starts its other processes by re-running this process's command
-        alone = isolate or r.cfg.trainer.world_size > 1
-        return r, (isolated if alone else workers).run(cfg_path, log_path), time.perf_counter() - start
-
-    failed = []
-    (out / "logs").mkdir(exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    isolated, workers = Isolated(env), WorkerPool(jobs, env, out / "logs")  # workers start when first needed
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        try:
-            futures = [pool.submit(launch, r) for r in todo]
-            for i, fut in enumerate(as_completed(futures), 1):
-                r, rc, wall = fut.result()
-                ok = rc == 0 and _finished(client, out, r)
-                outcome = "done" if ok else f"FAILED (exit {rc}), see {out}/logs/{r.key}.log"
-                log(f"[{i}/{len(todo)}] {r.key}: {outcome} in {wall:.1f} s")
-                if not ok:
-                    failed.append(r.key)
-        finally:  # while the pool's threads, which started the workers, live (see _die_with_parent)
-            workers.close()
+    attempt = _Attempt(sweep, plan, client, out, parent, uri, results_dir, log)
+    try:
+        failed = attempt.execute()
+    except KeyboardInterrupt:
+        attempt.interrupted(lock)
+        raise SweepInterrupted from None
     wall = time.perf_counter() - t0
     written = report(sweep, results_dir)
     sweep_runs.log_files(client, parent, _report_files(out), "report")
@@ -118,6 +90,185 @@ def run_sweep(
             "run the sweep again to redo them"
         )
     return written
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """One attempt at a sweep's unfinished runs: each to the engine (again, where its node left the
+    cluster), its outcome logged as it ends."""
+
+    sweep: Sweep
+    plan: EnginePlan
+    client: Any
+    out: Path
+    parent: str
+    uri: str
+    results_dir: str
+    log: Callable[[str], None]
+    stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
+    engine: Any = None
+
+    def launched(self, r: SweepRun) -> RunConfig:
+        return _launched(r, self.sweep, self.plan.threads, self.uri, self.results_dir, self.parent)
+
+    def forget(self, r: SweepRun) -> None:
+        """What an unfinished attempt of the run left: its MLflow runs but the one it resumes into, its result."""
+        keep = _resumable(self.launched(r))
+        sweep_runs.delete_sweep_runs(self.client, self.sweep.spec.experiment, self.sweep.name, r.key, keep=keep)
+        result_path(self.results_dir, self.sweep.name, r.key).unlink(missing_ok=True)
+
+    def launch(self, r: SweepRun) -> tuple[SweepRun, int, float]:
+        from bench.run.args import config_yaml
+
+        cfg = self.launched(r)
+        cfg_path = self.out / "configs" / f"{r.key}.yaml"
+        cfg_path.parent.mkdir(exist_ok=True)
+        cfg_path.write_text(config_yaml(cfg))
+        start = time.perf_counter()
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return (
+                    r,
+                    self.engine.run(cfg, cfg_path, self.out / "logs" / f"{r.key}.log"),
+                    time.perf_counter() - start,
+                )
+            except RunLost:
+                if self.stopping.is_set() or attempt == MAX_ATTEMPTS:
+                    break
+                self.log(
+                    f"{r.key}: its node left the cluster; running it again (attempt {attempt + 1} of {MAX_ATTEMPTS})"
+                )
+                self.forget(r)
+        return r, LOST, time.perf_counter() - start
+
+    def execute(self) -> list[str]:
+        """Run the unfinished runs; the keys of those that failed."""
+        todo = [r for r in self.sweep.runs if not _finished(self.client, self.out, r)]
+        self.log(
+            f"sweep {self.sweep.name}: {len(self.sweep.runs)} runs, {len(self.sweep.runs) - len(todo)} finished, "
+            f"{len(todo)} to run ({self.plan.jobs} at a time{self.plan.where}, {self.plan.threads} threads each); "
+            f"MLflow parent run {self.parent}"
+        )
+        for r in todo:
+            self.forget(r)
+        (self.out / "logs").mkdir(exist_ok=True)
+        self.engine = self.plan.engine(self.out / "logs")
+        failed: list[str] = []
+        pool = ThreadPoolExecutor(max_workers=self.plan.jobs)
+        try:
+            futures = [pool.submit(self.launch, r) for r in todo]
+            for i, fut in enumerate(as_completed(futures), 1):
+                r, rc, wall = fut.result()
+                ok = rc == 0 and _finished(self.client, self.out, r)
+                why = "its node left the cluster" if rc == LOST else f"exit {rc}"
+                outcome = "done" if ok else f"FAILED ({why}), see {self.out}/logs/{r.key}.log"
+                self.log(f"[{i}/{len(todo)}] {r.key}: {outcome} in {wall:.1f} s")
+                if not ok:
+                    failed.append(r.key)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # one Ctrl-C is enough; another must not cut the clean-up
+            self.stopping.set()
+            self.engine.stop()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:  # while the pool's threads, which started the workers, live (see worker._die_with_parent)
+            self.engine.close()
+            pool.shutdown(wait=True)
+        return failed
+
+    def interrupted(self, lock) -> None:
+        """After Ctrl-C: the engine is stopped (or never started); mark what ran KILLED, say so in one line."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if self.engine is not None:
+            self.engine.stop()
+        finished = sum(_finished(self.client, self.out, r) for r in self.sweep.runs)
+        killed = _kill_unfinished(self.client, self.sweep, self.parent)
+        lock.close()
+        self.log(
+            f"sweep {self.sweep.name} interrupted: {finished} of {len(self.sweep.runs)} runs finished, {killed} "
+            "stopped and marked KILLED in MLflow; run the same command again to resume"
+        )
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep, after the sweep stopped its runs and said so in one line."""
+
+
+def _kill_unfinished(client, sweep: Sweep, parent: str) -> int:
+    """Mark the sweep's runs that an interrupt left RUNNING, and its parent run, KILLED; how many runs."""
+    exp = tracking.experiment_id(client, sweep.spec.experiment)
+    running = client.search_runs([exp], f"tags.sweep = '{sweep.name}' and attributes.status = 'RUNNING'")
+    runs = [r.info.run_id for r in running if r.info.run_id != parent]
+    for run_id in [*runs, parent]:
+        client.set_terminated(run_id, "KILLED")
+    return len(runs)
+
+
+@dataclasses.dataclass
+class EnginePlan:
+    """Where a sweep's runs go: this machine's worker processes, or a Ray cluster's actors."""
+
+    jobs: int
+    threads: int
+    engine: Callable[[Path], Any]
+    """Starts the engine, given the folder of the workers' own logs."""
+    where: str = ""
+
+
+class LocalEngine:
+    """This machine's engine: ``jobs`` long-lived worker processes (bench.run.worker), and a process
+    of its own for a run that starts processes of its own (or for every run, ``isolate``)."""
+
+    def __init__(self, jobs: int, threads: int, logs: Path, isolate: bool) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.isolate = isolate
+        self.isolated, self.workers = Isolated(env), WorkerPool(jobs, env, logs)  # workers start when first needed
+
+    def run(self, cfg: RunConfig, config: Path, log: Path) -> int:
+        # a multi-process run's launcher starts its other processes by re-running this process's command
+        alone = self.isolate or cfg.trainer.world_size > 1
+        return (self.isolated if alone else self.workers).run(config, log)
+
+    def stop(self) -> None:
+        self.isolated.stop()
+        self.workers.stop()
+
+    def close(self) -> None:
+        self.workers.close()
+
+
+def plan_engine(sweep: Sweep, jobs: int | None, isolate: bool, ray: str | None, results_dir: str) -> EnginePlan:
+    """The engine for the sweep's runs, checked before anything is started or written: with ``ray`` (an
+    address, or "local") a Ray cluster (bench.run.ray_engine), else this machine's worker processes."""
+    if ray is None:
+        jobs = jobs or 1
+        threads = sweep.spec.threads or max(1, (os.cpu_count() or 1) // jobs)
+        return EnginePlan(jobs, threads, lambda logs: LocalEngine(jobs, threads, logs, isolate))
+    from bench.run import ray_engine as re_
+
+    address = re_.resolve_address(None if ray == "local" else ray)
+    started = re_.connect(address)
+    try:
+        live = re_.nodes()
+        where = address or "this machine"
+        gpus = sum(n["gpus"] for n in live)
+        first = [dataclasses.replace(r.cfg, threads=sweep.spec.threads or 1) for r in sweep.runs]
+        re_.check_runs([(r.key, c) for r, c in zip(sweep.runs, first)], live, where)
+        n = re_.slots(first, live, jobs)
+        threads = sweep.spec.threads or max(1, min(sum(x["cpus"] for x in live) // n, min(x["cpus"] for x in live)))
+        runs = [(r.key, dataclasses.replace(r.cfg, threads=threads)) for r in sweep.runs]
+        re_.check_runs(runs, live, where)
+        folders = {"the results folder": Path(results_dir).resolve()}
+        dirs = sorted({r.cfg.checkpoint.dir for r in sweep.runs})
+        folders |= {f"checkpoint.dir {d}" if len(dirs) > 1 else "checkpoint.dir": Path(d).resolve() for d in dirs}
+        re_.check_shared(folders, live)
+    except BaseException:
+        if started:
+            import ray as ray_
+
+            ray_.shutdown()
+        raise
+    return EnginePlan(n, threads, lambda logs: re_.RayEngine(n, started, gpus), f" on {len(live)} Ray nodes")
 
 
 def _lock(out: Path, name: str):
@@ -157,19 +308,6 @@ def _launched(r: SweepRun, sweep: Sweep, threads: int, uri: str, results_dir: st
 def _report_files(out: Path) -> list[Path]:
     """The report files of a sweep's folder (not the per-run configs, logs and results)."""
     return [p for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")]
-
-
-def log_report(uri: str, experiment: str, sweep: str, out: Path) -> str | None:
-    """Log a sweep's (rewritten) report to its parent MLflow run's ``report/`` artifacts; the run's
-    id, or None where the store has no such run or cannot be used."""
-    try:
-        client = tracking.client(uri)
-        run_id = sweep_runs.sweep_run(client, experiment, sweep)
-    except CreditBenchError:
-        return None
-    if run_id is not None:
-        sweep_runs.log_files(client, run_id, _report_files(out), "report")
-    return run_id
 
 
 def _budget_text(budget: dict[str, int]) -> str:

@@ -209,6 +209,7 @@ class Worker:
                 text=True,
                 bufsize=1,
                 preexec_fn=_die_with_parent,
+                start_new_session=True,  # Ctrl-C reaches the sweep alone, which stops the workers itself
             )
 
     def _answer(self) -> dict[str, Any] | None:
@@ -240,6 +241,13 @@ class Worker:
             fh.write(f"\nsweep worker process died {when} ({how}); a fresh worker takes the next run\n")
         return rc if rc != 0 else 1
 
+    def stop(self) -> None:
+        """Kill the worker now (an interrupted sweep): its run ends where it is."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)  # and whatever its run started
+
     def close(self) -> None:
         """Let the worker finish at the end of its input (it is killed if it does not, within a minute)."""
         if self.proc is None:
@@ -262,16 +270,29 @@ class Isolated:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.startup_s: list[float] = []
+        self._running: set[subprocess.Popen] = set()
 
     def run(self, config: Path, log: Path) -> int:
         with open(log, "w") as fh:
-            return subprocess.run(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "bench.cli", "train", "--config", str(config), "--no-progress"],
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env={**self.env, "PYTHONUNBUFFERED": "1"},  # the log streams while the run runs
                 preexec_fn=_die_with_parent,
-            ).returncode
+                start_new_session=True,  # Ctrl-C reaches the sweep alone, which stops its runs itself
+            )
+            self._running.add(proc)
+            try:
+                return proc.wait()
+            finally:
+                self._running.discard(proc)
+
+    def stop(self) -> None:
+        """Kill the running processes and what they started (an interrupted sweep)."""
+        for proc in list(self._running):
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def close(self) -> None:
         pass
@@ -300,6 +321,10 @@ class WorkerPool:
     @property
     def startup_s(self) -> list[float]:
         return [s for w in self.workers for s in w.startup_s]
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
 
     def close(self) -> None:
         for w in self.workers:
