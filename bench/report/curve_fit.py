@@ -211,9 +211,9 @@ def fit_sweep(runs: list[RunResult], n_boot: int = 1000, seed: int = 0) -> list[
 
 
 def to_json(f: dict) -> dict:
-    """A fit_label (or fit_sweep) result with its Fit as a mapping and its intervals as lists (report.json)."""
-    out = {k: (dataclasses.asdict(v) if isinstance(v, Fit) else v) for k, v in f.items()}
-    return json.loads(json.dumps(out, default=list))
+    """A fit_label (or fit_sweep) result with its Fits (its extrapolation's too) as mappings and its
+    intervals as lists (report.json)."""
+    return json.loads(json.dumps(f, default=lambda v: dataclasses.asdict(v) if isinstance(v, Fit) else list(v)))
 
 
 def _cell(fit: Fit | None, interval: dict | None, key: str, fmt: str) -> str:

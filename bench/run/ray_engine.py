@@ -155,7 +155,7 @@ def check_runs(runs: list[tuple[str, Any]], live: list[dict[str, Any]], where: s
     nodes, or one that needs more CPUs or GPUs than any single node has."""
     if not live:
         raise CreditBenchError(
-            f"the Ray cluster at {where} has no live node with CPUs: add nodes (`ray start --address ...`)"
+            f"the Ray cluster {where} has no live node with CPUs: add nodes (`ray start --address ...`)"
         )
     gpus = sum(n["gpus"] for n in live)
     for key, cfg in runs:
@@ -169,7 +169,7 @@ def check_runs(runs: list[tuple[str, Any]], live: list[dict[str, Any]], where: s
         if not any(n["cpus"] >= need.cpus and n["gpus"] >= need.gpus for n in live):
             most = f"{max(n['cpus'] for n in live)} CPU, {max(n['gpus'] for n in live)} GPU"
             raise CreditBenchError(
-                f"run {key} needs {need.text()} on one node; the Ray cluster at {where} has at most {most} a node: "
+                f"run {key} needs {need.text()} on one node; the Ray cluster {where} has at most {most} a node: "
                 "add such nodes, or lower threads / trainer.devices (trainer.accelerator: cpu for CPU runs)"
             )
 
@@ -312,8 +312,11 @@ class RayEngine:
         if slot is not None:
             ray.kill(slot[0])
         actor = self._remote.options(num_cpus=need.cpus, num_gpus=need.gpus).remote(os.getcwd(), driver_env())
+        ready = actor.ready.remote()
+        while not ray.wait([ready], timeout=2.0)[0]:  # not placed yet: free what idle actors hold
+            self._drop_idle()
         try:
-            node, startup = ray.get(actor.ready.remote())
+            node, startup = ray.get(ready)
         except ray.exceptions.RayActorError as e:
             raise _Dead(actor, None, e) from None
         self.startup_s.append(startup)
@@ -322,11 +325,13 @@ class RayEngine:
     def run(self, cfg, config: Path, log: Path) -> int:
         import ray
 
+        need = needs(cfg, self._gpus)
         with self._cond:
             self._cond.wait_for(lambda: self._free)
-            slot = self._free.pop()
+            fits = [i for i, slot in enumerate(self._free) if slot is not None and slot[1] == need]
+            slot = self._free.pop(fits[-1] if fits else -1)  # an idle actor that fits, else a fresh one
         try:
-            slot = self._actor(slot, needs(cfg, self._gpus))
+            slot = self._actor(slot, need)
             with self._cond:
                 self._busy.add(slot[0])
             ref = slot[0].run.remote(str(config), str(log), cfg.trainer.world_size > 1)
@@ -359,6 +364,19 @@ class RayEngine:
                 "a fresh actor takes the next run\n"
             )
         return 1
+
+    def _drop_idle(self) -> None:
+        """End one idle actor, keeping its slot: a new actor waits for the resources it holds (after a
+        node left, the cluster may hold fewer actors than there are slots)."""
+        import ray
+
+        with self._cond:
+            idle = [i for i, slot in enumerate(self._free) if slot is not None]
+            if not idle:
+                return
+            actor = self._free[idle[0]][0]
+            self._free[idle[0]] = None
+        ray.kill(actor)
 
     def stop(self) -> None:
         """Kill every actor now (an interrupted sweep): their runs end where they are."""

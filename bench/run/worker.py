@@ -234,8 +234,8 @@ class Worker:
         return self._died(log, "during the run") if answer is None else int(answer["status"])
 
     def _died(self, log: Path, when: str) -> int:
-        rc = self.proc.wait()
-        self.proc = None
+        proc, self.proc = self.proc, None
+        rc = proc.wait() if proc is not None else -signal.SIGKILL  # None: closed meanwhile (an interrupted sweep)
         how = f"signal {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.valid_signals() else f"exit {rc}"
         with open(log, "a") as fh:
             fh.write(f"\nsweep worker process died {when} ({how}); a fresh worker takes the next run\n")
@@ -250,17 +250,18 @@ class Worker:
 
     def close(self) -> None:
         """Let the worker finish at the end of its input (it is killed if it does not, within a minute)."""
-        if self.proc is None:
+        proc, self.proc = self.proc, None  # a run's thread may notice its death at the same time (_died)
+        if proc is None:
             return
         with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+            proc.stdin.close()
         try:
-            self.proc.wait(timeout=60)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stdout.close()
-        self.proc = None
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            proc.stdout.close()
 
 
 class Isolated:
