@@ -2,7 +2,7 @@
 
 creditbench train --config run.yaml [--rl.steps 50 ...]   one RL run (typed YAML config)
 creditbench eval --model PATH_OR_ID --task NAME [--n 16 --k 1,4,16]   pass@k of a checkpoint
-creditbench sweep SPEC.yaml [--jobs N] [--dry_run]         methods x models x seeds, then the report
+creditbench sweep SPEC.yaml [--jobs N] [--ray [ADDR]] [--dry_run]   methods x models x seeds, then the report
 creditbench summarize --sweep NAME                         (re)write results/<NAME>/ report, tables, plots
 creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
 creditbench table --sweep NAME [--format md|csv|tex|all]   a sweep's comparisons as comparisons.{md,csv,tex}

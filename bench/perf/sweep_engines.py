@@ -168,7 +168,7 @@ def main() -> int:
                 "yes" if same[k] else "NO",
             ]
         )
-    m = machine(torch_threads=1)
+    m = machine(torch_threads=1, packages=("ray",))
     lost = runs["node lost"]
     redone = "; ".join(
         f"{k}: {v['seconds_past_checkpoint']} s past its checkpoint at {v['s_per_step']} s a step, "

@@ -124,15 +124,13 @@ class _Attempt:
         cfg_path = self.out / "configs" / f"{r.key}.yaml"
         cfg_path.parent.mkdir(exist_ok=True)
         cfg_path.write_text(config_yaml(cfg))
-        start = time.perf_counter()
+        start, log = time.perf_counter(), self.out / "logs" / f"{r.key}.log"
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                return (
-                    r,
-                    self.engine.run(cfg, cfg_path, self.out / "logs" / f"{r.key}.log"),
-                    time.perf_counter() - start,
-                )
+                return r, self.engine.run(cfg, cfg_path, log), time.perf_counter() - start
             except RunLost:
+                if log.is_file():  # kept beside the next attempt's: <key>.lost-<attempt>.log
+                    log.replace(log.with_name(f"{r.key}.lost-{attempt}.log"))
                 if self.stopping.is_set() or attempt == MAX_ATTEMPTS:
                     break
                 self.log(
@@ -250,7 +248,7 @@ def plan_engine(sweep: Sweep, jobs: int | None, isolate: bool, ray: str | None, 
     started = re_.connect(address)
     try:
         live = re_.nodes()
-        where = address or "this machine"
+        where = f"at {address}" if address else "on this machine"
         gpus = sum(n["gpus"] for n in live)
         first = [dataclasses.replace(r.cfg, threads=sweep.spec.threads or 1) for r in sweep.runs]
         re_.check_runs([(r.key, c) for r, c in zip(sweep.runs, first)], live, where)

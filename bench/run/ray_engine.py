@@ -183,10 +183,15 @@ def slots(runs: list[Any], live: list[dict[str, Any]], jobs: int | None) -> int:
 
 
 @contextlib.contextmanager
-def _token(folder: Path):
-    folder.mkdir(parents=True, exist_ok=True)
+def _token(what: str, folder: Path):
     path = folder / f".creditbench-visible-{uuid.uuid4().hex}"
-    path.write_text(path.name)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(path.name)
+    except OSError as e:
+        raise CreditBenchError(
+            f"{what} {folder} cannot be written ({e.strerror or e}): give a writable folder"
+        ) from None
     try:
         yield path
     finally:
@@ -213,7 +218,7 @@ def check_shared(folders: dict[str, Path], live: list[dict[str, Any]]) -> None:
 
     cwd = os.getcwd()
     with contextlib.ExitStack() as stack:
-        tokens = {what: stack.enter_context(_token(Path(folder))) for what, folder in folders.items()}
+        tokens = {what: stack.enter_context(_token(what, Path(folder))) for what, folder in folders.items()}
         probe = ray.remote(num_cpus=0, max_retries=0)(_sees)
         refs = {
             n["ip"] + f" ({n['id'][:8]})": probe.options(

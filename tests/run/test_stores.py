@@ -113,6 +113,7 @@ def _files(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
+@pytest.mark.slow  # two real sweeps and summaries in two folders (about 1-2 minutes; CI runs it)
 def test_a_copied_checkout_is_the_same_sweep_and_leaves_the_original_alone(tmp_path, warm_cache):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env["CREDITBENCH_CACHE"] = warm_cache
