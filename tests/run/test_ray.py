@@ -115,6 +115,18 @@ def test_a_node_that_cannot_see_the_checkpoint_folder_is_named(tmp_path, env, cl
     _wait_for_nodes(cluster.address, 2)
 
 
+def test_a_run_that_fails_by_itself_is_reported_failed_once_not_run_again(tmp_path, env, cluster):
+    cache = tmp_path / "a-file"  # the runs' cache is a file: each run fails at its first write, on a live node
+    cache.write_text("")
+    e = {**env, "CREDITBENCH_CACHE": str(cache)}
+    spec = write_spec(tmp_path, "broken")
+    p = subprocess.run(sweep_cmd(spec, e, "--ray", cluster.address), capture_output=True, text=True, cwd=REPO, env=e)
+    assert p.returncode != 0
+    assert p.stdout.count(": FAILED (exit 1), see ") == 2 and "running it again" not in p.stdout, p.stdout[-2000:]
+    _, children, parents = _runs(env, "broken")
+    assert len(children) <= 2 and all(r.info.status != "RUNNING" for r in children)
+
+
 def _wait_for_nodes(address: str, n: int, timeout: float = 90) -> None:
     """Until the cluster at ``address`` has ``n`` live nodes with CPUs (asked from a process of its own)."""
     probe = (
