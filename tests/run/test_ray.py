@@ -123,8 +123,10 @@ def test_a_run_that_fails_by_itself_is_reported_failed_once_not_run_again(tmp_pa
     p = subprocess.run(sweep_cmd(spec, e, "--ray", cluster.address), capture_output=True, text=True, cwd=REPO, env=e)
     assert p.returncode != 0
     assert p.stdout.count(": FAILED (exit 1), see ") == 2 and "running it again" not in p.stdout, p.stdout[-2000:]
+    assert p.stderr.strip().endswith("run the sweep again to redo them") and "2 of 2 runs failed" in p.stderr
     _, children, parents = _runs(env, "broken")
     assert len(children) <= 2 and all(r.info.status != "RUNNING" for r in children)
+    assert [r.info.status for r in parents] == ["FAILED"]
 
 
 def _wait_for_nodes(address: str, n: int, timeout: float = 90) -> None:
