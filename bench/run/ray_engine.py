@@ -237,10 +237,6 @@ def check_shared(folders: dict[str, Path], live: list[dict[str, Any]]) -> None:
                 )
 
 
-def driver_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
-
-
 class SweepActor:
     """One job slot on the cluster (wrapped by ``ray.remote`` when the engine starts): imports once,
     then runs sweep runs one after another in its process (see the module docstring)."""
@@ -316,7 +312,8 @@ class RayEngine:
             return slot
         if slot is not None:
             ray.kill(slot[0])
-        actor = self._remote.options(num_cpus=need.cpus, num_gpus=need.gpus).remote(os.getcwd(), driver_env())
+        env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}  # the driver's, over the node's
+        actor = self._remote.options(num_cpus=need.cpus, num_gpus=need.gpus).remote(os.getcwd(), env)
         ready = actor.ready.remote()
         while not ray.wait([ready], timeout=2.0)[0]:  # not placed yet: free what idle actors hold
             self._drop_idle()

@@ -120,6 +120,9 @@ if [ "$requeue" = 0 ]; then
   "${sweep_cmd[@]}" "$spec" --ray "$address" --uri "$uri" "${sweep_args[@]}" &
   sweep_pid=$!
   set +m
+  if [ "$requeue" = 1 ]; then  # USR1 came before the sweep's pid was known: stop it now
+    kill -INT -- "-$sweep_pid" 2>/dev/null || kill -INT "$sweep_pid" 2>/dev/null || true
+  fi
   wait "$sweep_pid" || status=$?
   while kill -0 "$sweep_pid" 2>/dev/null; do  # USR1 interrupted the wait: the sweep is still stopping
     status=0

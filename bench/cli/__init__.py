@@ -161,122 +161,6 @@ def cmd_summarize(argv: list[str]) -> int:
     return 0
 
 
-def cmd_sweep(argv: list[str]) -> int:
-    from bench.report.files import markdown, write_report
-    from bench.run import tuning
-    from bench.run.launch import run_sweep
-    from bench.run.sweep import load_spec
-
-    ap = ArgumentParser(
-        prog="creditbench sweep",
-        description="Run a sweep spec: every method x model x seed as its own MLflow run under one parent "
-        "run, in --jobs worker processes that import everything once; then the report.",
-    )
-    ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
-    ap.add_argument(
-        "--jobs", type=int, default=None, help="runs at a time (default 1; with --ray, as many as the cluster holds)"
-    )
-    ap.add_argument("--results_dir", default="results", help="the sweep's folder goes under it (default results)")
-    ap.add_argument(
-        "--uri",
-        default=default_uri(),
-        help="MLflow tracking store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
-    )
-    ap.add_argument(
-        "--dry_run",
-        action="store_true",
-        help="validate the spec (every check a run makes of its configuration) and list its runs; start nothing",
-    )
-    ap.add_argument(
-        "--plan",
-        action="store_true",
-        help="with --dry_run: also check what this machine must provide (vLLM where a run names it, the "
-        "tracking store, the data files; a note for what would stop a run here), build each run short of "
-        "its weights (the model on the meta device, LoRA, strategy) and estimate its memory",
-    )
-    ap.add_argument("--gpu_gb", type=float, default=80.0, help="GPU memory vLLM's share is taken of, for --plan")
-    ap.add_argument(
-        "--isolate",
-        action="store_true",
-        help="each run in a process of its own (default: --jobs worker processes that import everything once)",
-    )
-    ap.add_argument(
-        "--ray",
-        nargs="?",
-        const=os.environ.get("RAY_ADDRESS") or "local",
-        default=os.environ.get("RAY_ADDRESS"),
-        metavar="ADDRESS",
-        help="run on a Ray cluster: its head's host:port (default: $RAY_ADDRESS; set, it implies --ray), or "
-        "'local' to start one on this machine (bench.run.ray_engine; docs/cluster.md)",
-    )
-    a = ap.parse_args(argv)
-    if a.jobs is not None and a.jobs < 1:
-        return _fail(f"--jobs must be >= 1, got {a.jobs}")
-    sweep = load_spec(a.spec, a.results_dir)
-    if a.dry_run:
-        _preflight(sweep, a.uri, here=a.plan)  # before the run list: a refused spec prints one line only
-        plans: dict[str, str] = {}
-        for r in sweep.runs:
-            print(f"{r.key}  ({r.cfg.method.name}, {r.cfg.model.name}, seed {r.cfg.seed})")
-            if a.plan:
-                from bench.run.plan import plan
-
-                line = plans.get(f"{r.label}/{r.cfg.model.name}") or plan(r.cfg, a.gpu_gb).line()
-                plans[f"{r.label}/{r.cfg.model.name}"] = line  # seeds differ in nothing the plan sees
-                print(f"    {line}")
-        print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
-        from bench.report.design import cost_line, design_lines
-
-        print("\n".join(design_lines(sweep, a.results_dir, a.jobs or 1)))
-        if sweep.spec.tune is not None:
-            tuned = load_spec(a.spec, a.results_dir, tuning=True)
-            done = "done: results/{0}/tuning.json" if tuning.read(a.results_dir, sweep.name) else "first: {1} runs"
-            print(
-                f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs or 1)}"
-            )
-        return 0
-    if sweep.spec.tune is not None and tuning.read(a.results_dir, sweep.name) is None:
-        tuned = load_spec(a.spec, a.results_dir, tuning=True)
-        run_sweep(tuned, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
-        tuning.write(sweep.spec, tuned, a.results_dir)
-        sweep = load_spec(a.spec, a.results_dir)  # its runs at the chosen points
-    report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
-    print(markdown(report))
-    print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
-    return 0
-
-
-def _preflight(sweep, uri: str, here: bool) -> None:
-    """The checks ``creditbench train`` makes before any work (bench.run.resolve.preflight) for every
-    run of the sweep: what a run refuses in its configuration, the dry run refuses. With ``here``
-    (``--plan``) also this machine's (vLLM where a run names it, the tracking store, the data files):
-    what would stop a run here is printed as a note, not refused, as a plan is often made on another
-    machine than the one the runs will use."""
-    import dataclasses
-
-    from bench.errors import CreditBenchError
-    from bench.run.resolve import preflight
-
-    seen, notes = set(), {}
-    for r in sweep.runs:
-        what = repr((r.cfg.method, r.cfg.model, r.cfg.task, r.cfg.eval.tasks, r.cfg.rollout, r.cfg.trainer))
-        if what in seen:  # seeds differ in nothing the checks see
-            continue
-        seen.add(what)
-        cfg = dataclasses.replace(r.cfg, tracking=dataclasses.replace(r.cfg.tracking, uri=uri))
-        try:
-            preflight(cfg, here=False)
-        except CreditBenchError as e:
-            raise CreditBenchError(f"sweep spec {sweep.path}: run {r.key}: {e}") from None
-        if here:
-            try:
-                preflight(cfg)
-            except CreditBenchError as e:
-                notes.setdefault(str(e), r.key)
-    for note, key in notes.items():
-        print(f"note: on this machine, run {key} (and any like it) would stop before it starts: {note}")
-
-
 def cmd_table(argv: list[str]) -> int:
     from bench.errors import CreditBenchError
     from bench.run.args import spell
@@ -418,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_fetch(rest)
         if cmd == "sweep":
+            from bench.cli.sweep import main as cmd_sweep
+
             return cmd_sweep(rest)
         if cmd == "bases":
             return cmd_bases(rest)
@@ -434,7 +320,3 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(e, SweepInterrupted):
             print("creditbench: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
