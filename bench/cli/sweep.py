@@ -5,11 +5,16 @@ its report. The running itself is :func:`bench.run.launch.run_sweep`."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
 from bench.run.args import ArgumentParser
 from bench.run.tracking import default_uri
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _fail(msg: str) -> int:
@@ -91,6 +96,7 @@ def main(argv: list[str]) -> int:
                 f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs or 1)}"
             )
         return 0
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, scancel: stopped as Ctrl-C stops it, and resumable
     if sweep.spec.tune is not None and tuning.read(a.results_dir, sweep.name) is None:
         tuned = load_spec(a.spec, a.results_dir, tuning=True)
         run_sweep(tuned, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)

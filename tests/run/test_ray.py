@@ -204,7 +204,15 @@ def reference(tmp_path_factory, env):
 def _start(cmd: list[str], env: dict, out: Path) -> subprocess.Popen:
     """The sweep in a process group of its own, as a shell starts a foreground job (Ctrl-C reaches the group)."""
     return subprocess.Popen(
-        cmd, stdout=out.open("w"), stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
+        cmd,
+        stdout=out.open("w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        # as from a terminal: SIGINT not ignored (a shell ignores it in its background jobs, and these
+        # tests may run in one)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

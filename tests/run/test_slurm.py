@@ -132,7 +132,16 @@ def test_usr1_stops_the_sweep_with_sigint_and_requeues(script, tmp_path):
     env = {**_stubs(tmp_path), "CREDITBENCH_SLURM_SWEEP_CMD": "longsweep"}
     f = tmp_path / "job.sbatch"
     f.write_text(script)
-    p = subprocess.Popen(["bash", str(f)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        ["bash", str(f)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a batch shell as SLURM starts it: SIGINT not ignored (a shell ignores it in its background jobs,
+        # and a signal ignored on entry cannot be trapped)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 30
         while not (tmp_path / "calls.txt").is_file() or not any(c.startswith("longsweep ") for c in _calls(tmp_path)):
