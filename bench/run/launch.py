@@ -76,7 +76,7 @@ def run_sweep(
     wall = time.perf_counter() - t0
     try:
         written = report(sweep, results_dir)
-        sweep_runs.log_files(client, parent, _report_files(out), "report")
+        sweep_runs.log_files(client, parent, sweep_runs.report_files(out), "report")
     except CreditBenchError:  # no report without finished runs: the parent still ends, FAILED
         if not failed:
             raise
@@ -258,9 +258,8 @@ def plan_engine(sweep: Sweep, jobs: int | None, isolate: bool, ray: str | None, 
         first = [dataclasses.replace(r.cfg, threads=sweep.spec.threads or 1) for r in sweep.runs]
         re_.check_runs([(r.key, c) for r, c in zip(sweep.runs, first)], live, where)
         n = re_.slots(first, live, jobs)
+        # at most the smallest node's CPUs: every run checked above fits any node that fits its GPUs
         threads = sweep.spec.threads or max(1, min(sum(x["cpus"] for x in live) // n, min(x["cpus"] for x in live)))
-        runs = [(r.key, dataclasses.replace(r.cfg, threads=threads)) for r in sweep.runs]
-        re_.check_runs(runs, live, where)
         folders = {"the results folder": Path(results_dir).resolve()}
         dirs = sorted({r.cfg.checkpoint.dir for r in sweep.runs})
         folders |= {f"checkpoint.dir {d}" if len(dirs) > 1 else "checkpoint.dir": Path(d).resolve() for d in dirs}
@@ -306,11 +305,6 @@ def _launched(r: SweepRun, sweep: Sweep, threads: int, uri: str, results_dir: st
         },
     )
     return cfg
-
-
-def _report_files(out: Path) -> list[Path]:
-    """The report files of a sweep's folder (not the per-run configs, logs and results)."""
-    return [p for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")]
 
 
 def _budget_text(budget: dict[str, int]) -> str:

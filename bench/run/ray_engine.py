@@ -38,8 +38,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
-import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -258,14 +256,10 @@ class SweepActor:
         return ray.get_runtime_context().get_node_id(), self.startup_s
 
     def run(self, config: str, log: str, alone: bool) -> int:
-        if alone:  # its launcher starts its other processes by re-running this command
-            with open(log, "w") as fh:
-                cmd = [sys.executable, "-m", "bench.cli", "train", "--config", config, "--no-progress"]
-                return subprocess.run(
-                    cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-                ).returncode
-        from bench.run.worker import run_one
+        from bench.run.worker import Isolated, run_one
 
+        if alone:  # its launcher starts its other processes by re-running this command: a process of its own
+            return Isolated(dict(os.environ)).run(Path(config), Path(log))
         return run_one(config, log)
 
 

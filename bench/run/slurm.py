@@ -169,21 +169,15 @@ def check_args(nodes: int, gpus_per_node: int, cpus_per_node: int, limit: str, u
 
 def check_runs(sweep, gpus_per_node: int, cpus_per_node: int) -> None:
     """Refuse a run no node of the allocation could take (Ray would wait for it forever), and a
-    multi-node run (Lightning's SLURM launcher runs those, not a Ray actor)."""
-    for r in sweep.runs:
-        t = r.cfg.trainer
-        if t.num_nodes > 1:
-            raise CreditBenchError(
-                f"run {r.key} has trainer.num_nodes={t.num_nodes}: a multi-node run is one Lightning job under "
-                "SLURM (srun with --ntasks-per-node = trainer.devices), not a run of a Ray sweep"
-            )
-        # as the Ray engine asks: trainer.devices GPUs where the run trains on GPUs (auto: where there are some)
-        gpu = t.accelerator == "gpu" or (t.accelerator == "auto" and gpus_per_node > 0)
-        if gpu and t.devices > gpus_per_node:
-            raise CreditBenchError(f"run {r.key} needs {t.devices} GPUs on a node; --gpus_per_node is {gpus_per_node}")
-        threads = max(r.cfg.threads, sweep.spec.threads)
-        if threads > cpus_per_node:
-            raise CreditBenchError(f"run {r.key} takes {threads} threads; --cpus_per_node is {cpus_per_node}")
+    multi-node run (Lightning's SLURM launcher runs those, not a Ray actor): the Ray engine's own
+    check (bench.run.ray_engine.check_runs), against nodes of the allocation's size."""
+    import dataclasses
+
+    from bench.run.ray_engine import check_runs as check
+
+    node = {"id": "", "ip": "", "cpus": cpus_per_node, "gpus": gpus_per_node}
+    runs = [(r.key, dataclasses.replace(r.cfg, threads=sweep.spec.threads or r.cfg.threads)) for r in sweep.runs]
+    check(runs, [node], f"of {cpus_per_node} CPUs and {gpus_per_node} GPUs a node (--cpus_per_node, --gpus_per_node)")
 
 
 def render(

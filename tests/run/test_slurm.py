@@ -191,14 +191,16 @@ def _spec(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_runs_no_node_could_take_are_refused(tmp_path):
     spec = _spec(tmp_path, "threads: 1", "threads: 16")
-    with pytest.raises(CreditBenchError, match="takes 16 threads; --cpus_per_node is 8"):
+    with pytest.raises(CreditBenchError, match="needs 16 CPU on one node; the Ray cluster of 8 CPUs"):
         slurm.render(spec, 2, 0, 8, "01:00:00", uri=URI)
     ddp = "overrides: {rl.minibatches: 2, trainer.strategy: ddp, "
     spec = _spec(tmp_path, "overrides: {rl.minibatches: 2}", ddp + "trainer.devices: 4}")
-    with pytest.raises(CreditBenchError, match="needs 4 GPUs on a node; --gpus_per_node is 2"):
+    with pytest.raises(
+        CreditBenchError, match="needs 1 CPU and 4 GPU on one node; the Ray cluster of 8 CPUs and 2 GPUs"
+    ):
         slurm.render(spec, 2, 2, 8, "01:00:00", uri=URI)
     spec = _spec(tmp_path, "overrides: {rl.minibatches: 2}", ddp + "trainer.num_nodes: 2}")
-    with pytest.raises(CreditBenchError, match="trainer.num_nodes=2: a multi-node run is one Lightning job"):
+    with pytest.raises(CreditBenchError, match="trainer.num_nodes=2 does not run under Ray .* SLURM"):
         slurm.render(spec, 2, 2, 8, "01:00:00", uri=URI)
 
 
