@@ -17,9 +17,14 @@ pipe from the grader to this process, which the program's process never holds.
 
 **Containment by the kernel** (:mod:`tasks.sandbox.bwrap`): each process runs under bubblewrap
 with a read-only view of only the system and Python files, a private size-capped tmpfs, its own
-PID, network, IPC and UTS namespaces, uid ``nobody`` (or a user namespace when not root),
-no_new_privs, a seccomp filter (:mod:`tasks.sandbox.seccomp`) and rlimits on CPU time, address
-space, file size, processes and open files. A run ends with SIGKILL to both sandboxes; the PID
+PID, network, IPC and UTS namespaces, a ``/proc`` without the host-wide files, only the two
+capabilities the drop to an unprivileged uid needs (none after it), no_new_privs, a seccomp filter
+(:mod:`tasks.sandbox.seccomp`) and rlimits on CPU time, address space, file size, processes and
+open files. Each run of a program also has (:mod:`tasks.sandbox.bounds`) a uid no concurrently
+running program shares, so a neighbour cannot use up its process count, and a cgroup whose memory
+and pids limits bound the run as a whole (shared memory, memfds, its tmpfs and every child count);
+where cgroups cannot be made it runs without them and says so once, or refuses with
+``SandboxLimits(require_cgroups=True)``. A run ends with SIGKILL to both sandboxes; the PID
 namespace takes every process of the program with it. Without bubblewrap the sandbox refuses to
 run (one line saying how to install it); it never falls back to less isolation.
 
@@ -28,7 +33,9 @@ with; processes it starts; files it writes (only its tmpfs); the network (none);
 processes (not visible); the grader's state (another address space, reached only by plain data).
 Not contained: kernel vulnerabilities (the seccomp filter narrows the surface, it does not remove
 it); denial of service inside the limits (CPU time, memory, the wall-clock timeout); reading the
-world-readable system and Python files that are bound in. What the grader cannot see: an object's
+world-readable system and Python files that are bound in, the bind mounts' source paths in the
+process's own ``/proc/self/mountinfo``, and what ``uname`` and ``sysinfo`` tell (kernel version,
+host memory, load, uptime). What the grader cannot see: an object's
 identity or type beyond plain data, so a test that needs more (a program's own class instance, a
 callable passed to the program, a mutated argument) fails the program; HumanEval and MBPP need
 none of these. Functions the task's prompt defines for its tests (HumanEval 32, 38, 50) belong in
@@ -37,30 +44,27 @@ the test code, where they are trusted (the task puts them there).
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import select
-import selectors
 import signal
 import socket
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from bench.core import check
+from tasks.sandbox import bounds as sandbox_bounds
 from tasks.sandbox import bwrap as sandbox_bwrap
+from tasks.sandbox import child as sandbox_child
 from tasks.sandbox import probe as sandbox_probe
+from tasks.sandbox import process as sandbox_process
 from tasks.sandbox import seccomp as sandbox_seccomp
 from tasks.sandbox.server import GraderServer
 
 STATUSES = ("passed", "failed", "timeout", "output_limit", "exited", "killed", "error")
 MAX_DETAIL = 300
 DISK_FILES = 4  # the private tmpfs holds this many files of the maximal size
-READ_CHUNK = 1 << 16
-VERDICT_CAP = 4096
 
 
 @dataclass(frozen=True)
@@ -69,12 +73,15 @@ class SandboxLimits:
 
     timeout_s: float = 10.0  # wall clock per program
     cpu_s: int = 10  # RLIMIT_CPU
-    memory_mb: int = 1024  # RLIMIT_AS (address space, not resident memory)
-    # RLIMIT_NPROC counts every process and thread of uid nobody, so concurrent runs share it;
-    # the sandbox adds two per worker (each run's two processes).
+    # RLIMIT_AS per process (address space, not resident memory), and the memory limit of the run's
+    # cgroup (every process of the run, shared memory and its tmpfs together; plus the tmpfs's size)
+    memory_mb: int = 1024
+    # processes and threads of the program: RLIMIT_NPROC of the run's own uid and its cgroup's pids limit
     max_processes: int = 16
     max_file_mb: int = 16  # RLIMIT_FSIZE; the private tmpfs holds DISK_FILES times this
     max_output_kb: int = 256  # stdout + stderr of both processes; more ends the run: "output_limit"
+    # True: refuse to run where per-run cgroups cannot be made, rather than bound per process only
+    require_cgroups: bool = False
 
     def __post_init__(self) -> None:
         t = self.timeout_s
@@ -94,6 +101,10 @@ class SandboxLimits:
                 isinstance(value, int) and not isinstance(value, bool) and value >= low,
                 f"sandbox {name} must be an integer >= {low}, got {value!r}",
             )
+        check(
+            isinstance(self.require_cgroups, bool),
+            f"sandbox require_cgroups must be true or false, got {self.require_cgroups!r}",
+        )
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,16 @@ class Sandbox:
             f"sandbox workers must be an integer >= 1, got {workers!r}",
         )
         sandbox_bwrap.check_works()
+        self._cgroups, reason = sandbox_bounds.available()
+        if reason:
+            check(
+                not limits.require_cgroups,
+                f"the code sandbox cannot make per-run cgroups here ({reason}) and "
+                "require_cgroups is set; run where the memory and pids controllers are delegated, or unset it",
+            )
+            sandbox_bounds.warn_once(reason)
+        else:
+            sandbox_bounds.remove_stale(self._cgroups)
         self.limits = limits
         self.workers = workers
         self._seccomp = sandbox_seccomp.program()
@@ -152,11 +173,22 @@ class Sandbox:
 
     def _spawn(self, program: str, test: str, entry_point: str, start: float) -> ExecResult:
         lim = self.limits
-        limits = (lim.cpu_s, lim.memory_mb, lim.max_processes + 2 * self.workers, lim.max_file_mb)
         if self._grader is None:
             with self._lock:
                 if self._grader is None:
-                    self._grader = GraderServer(limits, DISK_FILES * lim.max_file_mb, self._seccomp)
+                    grader = (lim.cpu_s, lim.memory_mb, lim.max_processes + 2 * self.workers, lim.max_file_mb)
+                    grader += (sandbox_child.GRADER_UID,)  # one per job at a time, and the server
+                    self._grader = GraderServer(grader, DISK_FILES * lim.max_file_mb, self._seccomp)
+        memory = (lim.memory_mb + DISK_FILES * lim.max_file_mb + sandbox_bounds.SLACK_MB) << 20
+        with sandbox_bounds.RunBounds(self._cgroups, memory, lim.max_processes + sandbox_bounds.OWN_PROCESSES) as run:
+            uid = sandbox_child.NOBODY if run.uid is None else run.uid
+            limits = (lim.cpu_s, lim.memory_mb, lim.max_processes + 2, lim.max_file_mb, uid)
+            return self._spawn_bounded(program, test, entry_point, start, limits, run)
+
+    def _spawn_bounded(
+        self, program: str, test: str, entry_point: str, start: float, limits: tuple, run: sandbox_bounds.RunBounds
+    ) -> ExecResult:
+        lim = self.limits
         ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         verdict_r, verdict_w = os.pipe()
         job_r, job_w = os.pipe()
@@ -169,12 +201,12 @@ class Sandbox:
                 cmd = sandbox_bwrap.command(
                     "sandbox_program.py", limits, DISK_FILES * lim.max_file_mb, seccomp_fd, fds, info_fd=info_w
                 )
-                program_proc = _popen(cmd, (*fds, seccomp_fd, info_w))
+                program_proc = sandbox_process.popen(*run.wrap(cmd), (*fds, seccomp_fd, info_w))
             finally:
                 os.close(seccomp_fd)
                 os.close(info_w)
             try:
-                init = _namespace_init(info_r, program_proc.pid, start + lim.timeout_s)
+                init = sandbox_process.namespace_init(info_r, program_proc.pid, start + lim.timeout_s)
             finally:
                 os.close(info_r)
             self._grader.submit(job_r, ends[0].fileno(), verdict_w, lim.cpu_s, math.ceil(lim.timeout_s))
@@ -182,7 +214,7 @@ class Sandbox:
             for fd in (verdict_r, job_w):
                 os.close(fd)
             if program_proc is not None:
-                _kill(program_proc, init)
+                sandbox_process.kill(program_proc, init)
             raise
         finally:
             for end in ends:
@@ -194,14 +226,15 @@ class Sandbox:
         writes = {program_proc.stdin: program.encode("utf-8", "surrogatepass")}
         writes[job_file] = f"{entry_point}\n{test}".encode("utf-8", "surrogatepass")
         try:
-            outcome, verdict = _communicate(
+            outcome, verdict = sandbox_process.communicate(
                 program_proc, writes, verdict_r, start + lim.timeout_s, lim.max_output_kb * 1024
             )
         finally:
             os.close(verdict_r)
             job_file.close()
-            _kill(program_proc, init)
-        return _classify(outcome, verdict, program_proc.returncode, lim, time.monotonic() - start)
+            sandbox_process.kill(program_proc, init)
+        oom = run.oom_killed()
+        return _classify(outcome, verdict, program_proc.returncode, lim, time.monotonic() - start, oom)
 
     def close(self) -> None:
         """Stop the grader's server (it also stops when this process exits)."""
@@ -220,127 +253,6 @@ def _one_line(text: str) -> str:
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 3] + "..."
 
 
-def _popen(cmd: list[str], fds: tuple[int, ...]) -> subprocess.Popen:
-    return subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=fds,
-        close_fds=True,
-        start_new_session=True,
-        env={},
-    )
-
-
-def _namespace_init(info_fd: int, bwrap_pid: int, deadline: float) -> int | None:
-    """A pidfd of the PID namespace's first process, from bubblewrap's --info-fd report (checked to
-    be bubblewrap's child, so a recycled pid is never taken). None if it has already exited."""
-    data = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([info_fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            break
-        chunk = os.read(info_fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-    try:
-        pid = int(json.loads(data)["child-pid"])
-        pidfd = os.pidfd_open(pid)
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        ppid = -1
-    if ppid != bwrap_pid:
-        os.close(pidfd)
-        return None
-    return pidfd
-
-
-def _kill(p: subprocess.Popen, init: int | None = None) -> None:
-    """SIGKILL the PID namespace's first process, which takes every process of the program with
-    it, and wait until it is gone (so nothing the program started outlives the call); then
-    bubblewrap's session. Reap without hanging."""
-    if init is not None:
-        try:
-            signal.pidfd_send_signal(init, signal.SIGKILL)
-            select.select([init], [], [], 5)  # readable once it has exited, after all the others
-        except OSError:
-            pass
-        finally:
-            os.close(init)
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for f in (p.stdin, p.stdout, p.stderr):
-        try:
-            f.close()
-        except OSError:
-            pass
-    try:
-        p.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # stuck in the kernel; do not hang the caller
-        pass
-
-
-def _communicate(
-    program: subprocess.Popen, writes: dict, verdict_fd: int, deadline: float, cap: int
-) -> tuple[str, bytes]:
-    """Feed the program and the test to their processes, count the program's output, read the
-    grader's verdict until it closes. Returns ("done" | "timeout" | "output_limit", verdict bytes).
-    Output is counted, not kept."""
-    verdict, total = bytearray(), 0
-    sent = dict.fromkeys(writes, 0)
-    with selectors.DefaultSelector() as sel:
-        for f in writes:
-            os.set_blocking(f.fileno(), False)
-            sel.register(f, selectors.EVENT_WRITE, "write")
-        sel.register(program.stdout.fileno(), selectors.EVENT_READ, "output")
-        sel.register(program.stderr.fileno(), selectors.EVENT_READ, "output")
-        sel.register(verdict_fd, selectors.EVENT_READ, "verdict")
-        while any(key.data == "verdict" for key in sel.get_map().values()):
-            now = time.monotonic()
-            if now >= deadline:
-                return "timeout", bytes(verdict)
-            for key, _ in sel.select(timeout=min(deadline - now, 0.5)):
-                if key.data == "write":
-                    f = key.fileobj
-                    data = writes[f]
-                    try:
-                        sent[f] += os.write(key.fd, data[sent[f] : sent[f] + READ_CHUNK])
-                    except BlockingIOError:
-                        continue
-                    except OSError:  # the reader is gone
-                        sent[f] = len(data)
-                    if sent[f] >= len(data):
-                        sel.unregister(f)
-                        f.close()  # end of input; the file object makes a second close harmless
-                    continue
-                try:
-                    data = os.read(key.fd, READ_CHUNK)
-                except OSError:
-                    data = b""
-                if not data:
-                    sel.unregister(key.fd)
-                    continue
-                if key.data == "verdict":
-                    verdict += data[: VERDICT_CAP - len(verdict)]
-                    continue
-                total += len(data)
-                if total > cap:
-                    return "output_limit", bytes(verdict)
-    try:  # the program's process ends when the grader closes the channel; its status may be needed
-        program.wait(timeout=0.2)
-    except subprocess.TimeoutExpired:
-        pass
-    return "done", bytes(verdict)
-
-
 def _signal_name(returncode: int | None) -> str | None:
     """bubblewrap exits with 128 + N when the sandboxed process died of signal N."""
     if returncode is None or not 128 < returncode < 128 + 65:
@@ -351,15 +263,20 @@ def _signal_name(returncode: int | None) -> str | None:
         return f"signal {returncode - 128}"
 
 
-def _classify(outcome: str, verdict: bytes, program_rc: int | None, lim: SandboxLimits, wall: float) -> ExecResult:
+def _classify(
+    outcome: str, verdict: bytes, program_rc: int | None, lim: SandboxLimits, wall: float, oom: bool = False
+) -> ExecResult:
     def res(status: str, detail: str) -> ExecResult:
         return ExecResult(status == "passed", status, _one_line(detail), wall)
 
+    status, _, detail = verdict.decode("utf-8", "replace").strip().partition(" ")
+    if oom and (outcome == "timeout" or (outcome == "done" and status not in ("passed", "failed", "error"))):
+        # the kernel ended a process of the run at its cgroup's memory limit
+        return res("killed", f"killed by SIGKILL (memory limit of the run: {lim.memory_mb} MB)")
     if outcome == "timeout":
         return res("timeout", f"wall-clock limit of {lim.timeout_s:g} s exceeded")
     if outcome == "output_limit":
         return res("output_limit", f"more than {lim.max_output_kb} KB of output")
-    status, _, detail = verdict.decode("utf-8", "replace").strip().partition(" ")
     hints = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}
     if status == "passed" and not detail:
         return res("passed", "")

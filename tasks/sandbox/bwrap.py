@@ -6,17 +6,19 @@ bubblewrap (``bwrap``) sandbox of its own:
 - **filesystem**: a fresh root that holds only ``/usr`` (with the ``/bin``, ``/lib`` links or
   directories beside it), the Python installation, ``/etc/ld.so.cache`` and the sandbox's four
   scripts, all read-only bind mounts; a private ``/tmp`` tmpfs capped in size as the working
-  directory; a ``/proc`` of its own PID namespace and a minimal ``/dev``. Nothing else of the
-  machine (the project, home directories, ``/etc``) is visible.
+  directory; a ``/proc`` of its own PID namespace, without the host-wide files (:data:`PROC_HIDDEN`,
+  ``/proc/sys``), and a minimal ``/dev``. Nothing else of the machine (the project, home
+  directories, ``/etc``) is visible.
 - **namespaces**: new PID, network (loopback only, nothing reachable), IPC, UTS and, where the
   kernel allows, cgroup namespaces. When the PID namespace's first process dies the kernel
   kills every process in it, so nothing outlives the sandbox; ``--die-with-parent`` ties it to
   its parent.
-- **identity**: run by root, the process starts with only CAP_SETUID/CAP_SETGID and at once
-  becomes uid/gid ``nobody`` (``sandbox_child.restrict``), so RLIMIT_NPROC binds and file
-  permissions apply; run by another user, bubblewrap maps that user into a user namespace in
-  which no further user namespaces may be made. Either way no_new_privs is set (no setuid
-  binaries) and the environment is four variables.
+- **identity**: run by root, bubblewrap drops every capability but CAP_SETUID/CAP_SETGID before
+  the process starts (``--cap-drop ALL``), and the process at once becomes the run's own uid
+  (:mod:`tasks.sandbox.bounds`; the grader ``65533``) with ``sandbox_child.restrict``, which clears
+  those two, so RLIMIT_NPROC binds and file permissions apply; run by another user, bubblewrap
+  maps that user into a user namespace in which no further user namespaces may be made. Either
+  way no_new_privs is set (no setuid binaries) and the environment is four variables.
 - **system calls**: a seccomp filter (:mod:`tasks.sandbox.seccomp`) refuses ptrace, mounts,
   namespaces, kernel keyrings, BPF, io_uring and other kernel surface a program has no use for,
   and sockets other than AF_UNIX.
@@ -46,6 +48,29 @@ SCRIPTS = tuple(SOURCES)
 INSIDE = "/creditbench"  # where the scripts appear in the sandbox
 LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 OPTIONAL_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+PROC_HIDDEN = (
+    "cmdline",
+    "1/cmdline",
+    "meminfo",
+    "loadavg",
+    "uptime",
+    "stat",
+    "vmstat",
+    "zoneinfo",
+    "buddyinfo",
+    "swaps",
+    "diskstats",
+    "partitions",
+    "interrupts",
+    "softirqs",
+    "keys",
+    "key-users",
+    "timer_list",
+    "sched_debug",
+)
+"""Host-wide files of ``/proc`` a program has no need to read (the kernel's and bubblewrap's command
+lines, the host's memory, load, uptime and devices), each made unreadable; ``/proc/sys`` (boot id,
+kernel settings) and ``/proc/pressure`` are empty directories."""
 ENVIRONMENT = {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
@@ -100,6 +125,16 @@ def filesystem() -> tuple[str, ...]:
         args += ["--ro-bind-try", f, f]
     args += ["--ro-bind", str(compiled_scripts()), INSIDE]
     return tuple(args)
+
+
+def proc_masks() -> list[str]:
+    """bubblewrap arguments that hide :data:`PROC_HIDDEN` (``/proc/1`` is bubblewrap's own process)."""
+    present = [f"/proc/{name}" for name in PROC_HIDDEN if os.path.exists(f"/proc/{name}")]  # as on this kernel
+    args = [x for path in present for x in ("--ro-bind", "/dev/null", path)]
+    for directory in ("sys", "pressure"):
+        if os.path.isdir(f"/proc/{directory}"):
+            args += ["--tmpfs", f"/proc/{directory}", "--remount-ro", f"/proc/{directory}"]
+    return args
 
 
 @functools.cache
@@ -166,7 +201,7 @@ def command(
     root = os.geteuid() == 0
     ns = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if root:  # no user namespace: the process drops to nobody itself, so NPROC and permissions bind
-        ns += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        ns += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         ns += ["--unshare-user", "--disable-userns"]
     env = [x for k, v in ENVIRONMENT.items() for x in ("--setenv", k, v)]
@@ -185,6 +220,7 @@ def command(
         *filesystem(),
         "--proc",
         "/proc",
+        *proc_masks(),
         "--dev",
         "/dev",
         "--perms",

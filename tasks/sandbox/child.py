@@ -18,8 +18,8 @@ VERDICT_FD = 4  # grader -> the parent (a pipe; the program has no way to reach 
 
 
 def restrict(cpu_s: int, memory_mb: int, nproc: int, fsize_mb: int, uid: int = NOBODY) -> None:
-    """Drop to ``uid`` when started as root (bubblewrap keeps only CAP_SETUID/CAP_SETGID for this;
-    setuid clears them), then rlimits that no process here can raise again (``cpu_s`` <= 0: none
+    """Drop to ``uid`` when started as root (bubblewrap starts it with only CAP_SETUID/CAP_SETGID, for
+    this; setuid clears them), then rlimits that no process here can raise again (``cpu_s`` <= 0: none
     on CPU time; the grader's server sets it per job)."""
     if os.geteuid() == 0:
         os.setgroups([])
@@ -51,12 +51,13 @@ def read_stdin(fd: int = 0) -> str:
     return b"".join(chunks).decode("utf-8", "surrogatepass")
 
 
-def start(uid: int = NOBODY) -> None:
-    """Read ``CPU_S MEMORY_MB NPROC FSIZE_MB FD...`` from argv, move the descriptors to 3, 4, ...
-    (fixed numbers, below RLIMIT_NOFILE), then :func:`restrict`."""
-    cpu_s, memory_mb, nproc, fsize_mb, *fds = map(int, sys.argv[1:])
+def start(uid: int | None = None) -> None:
+    """Read ``CPU_S MEMORY_MB NPROC FSIZE_MB UID FD...`` from argv, move the descriptors to 3, 4, ...
+    (fixed numbers, below RLIMIT_NOFILE), then :func:`restrict` (as ``uid`` if given, else argv's:
+    the run's own uid, which no concurrently running program shares)."""
+    cpu_s, memory_mb, nproc, fsize_mb, argv_uid, *fds = map(int, sys.argv[1:])
     place(fds)
-    restrict(cpu_s, memory_mb, nproc, fsize_mb, uid)
+    restrict(cpu_s, memory_mb, nproc, fsize_mb, argv_uid if uid is None else uid)
 
 
 def place(fds: list[int], first: int = CHANNEL_FD) -> None:

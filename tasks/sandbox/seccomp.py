@@ -3,7 +3,9 @@
 The filter removes the system calls an untrusted Python program has no use for and that widen the
 kernel's attack surface: tracing and reading other processes, mounting and namespace changes,
 kernel keyrings, eBPF, perf, userfaultfd, io_uring, module loading, reboot, swap, accounting,
-quotas, file handles, fanotify, the kernel log, setting the clocks, the new mount API, legacy
+quotas, file handles, fanotify, the kernel log, setting the clocks, the new mount API, the calls
+that act on or reserve host-wide resources (``sync`` and ``syncfs``, which flush every filesystem;
+Linux AIO, whose ``io_setup`` takes from the host's one ``fs.aio-max-nr`` pool), legacy
 x86 I/O-port and LDT calls, terminal input injection (TIOCSTI, TIOCLINUX), every socket family but
 AF_UNIX, and personality changes other than PER_LINUX or a query. ``clone`` is refused with any
 namespace flag; ``clone3`` answers ENOSYS (its flags sit behind a pointer the filter cannot read),
@@ -94,6 +96,14 @@ _COMMON_X86_64 = {
     "ioperm": 173,
     "modify_ldt": 154,
     "uselib": 134,
+    "sync": 162,
+    "syncfs": 306,
+    "io_setup": 206,
+    "io_destroy": 207,
+    "io_getevents": 208,
+    "io_submit": 209,
+    "io_cancel": 210,
+    "io_pgetevents": 333,
 }
 _COMMON_AARCH64 = {
     "ptrace": 117,
@@ -131,6 +141,14 @@ _COMMON_AARCH64 = {
     "clock_adjtime": 266,
     "vhangup": 58,
     "lookup_dcookie": 18,
+    "sync": 81,
+    "syncfs": 267,
+    "io_setup": 0,
+    "io_destroy": 1,
+    "io_submit": 2,
+    "io_cancel": 3,
+    "io_getevents": 4,
+    "io_pgetevents": 292,
 }
 _SHARED = {
     "io_uring_setup": 425,

@@ -15,7 +15,7 @@ def sb() -> Sandbox:
 
 @pytest.fixture
 def machine_left_as_it_was():
-    """No sandbox process or temporary directory outlives the test (the sandbox tests use it on
+    """No sandbox process, temporary directory or cgroup outlives the test (the sandbox tests use it on
     every test: ``pytestmark = pytest.mark.usefixtures("machine_left_as_it_was")``)."""
     procs, dirs = sandbox_processes(), sandbox_dirs()
     yield

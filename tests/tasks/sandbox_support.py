@@ -10,13 +10,14 @@ import textwrap
 import psutil
 
 from tasks.sandbox import ExecResult, Sandbox, SandboxLimits
+from tasks.sandbox.bounds import PREFIX, SLOT_UID_BASE, SLOTS, available
 
 LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mb=512)
 PASS_TEST = "assert f(2) == 3"
 
 
 def sandbox_processes() -> set[int]:
-    """Every process of a program (uid nobody, or its bubblewrap) and every grading child (uid
+    """Every process of a program (its run's uid, uid nobody, or its bubblewrap) and every grading child (uid
     65533 under a grader server); the servers themselves live as long as their Sandbox."""
     found, uids = set(), {}
     procs = list(psutil.process_iter(["cmdline", "uids", "ppid"]))
@@ -29,7 +30,13 @@ def sandbox_processes() -> set[int]:
         try:
             cmd = " ".join(p.info["cmdline"] or [])
             uid = uids.get(p.pid)
-            if uid == 65534 or "sandbox_program" in cmd or (uid == 65533 and uids.get(p.info["ppid"]) == 65533):
+            own_uid = uid is not None and SLOT_UID_BASE <= uid < SLOT_UID_BASE + SLOTS  # a run's own uid
+            if (
+                uid == 65534
+                or own_uid
+                or "sandbox_program" in cmd
+                or (uid == 65533 and uids.get(p.info["ppid"]) == 65533)
+            ):
                 found.add(p.pid)
         except (psutil.Error, TypeError):
             pass
@@ -37,7 +44,11 @@ def sandbox_processes() -> set[int]:
 
 
 def sandbox_dirs() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("creditbench-sandbox-")}
+    """The sandbox's temporary directories and the runs' cgroups."""
+    found = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("creditbench-sandbox-")}
+    for h in available()[0]:
+        found |= {str(p) for p in h.directory.glob(f"{PREFIX}*")}
+    return found
 
 
 def run_program(sb: Sandbox, program: str, test: str = "assert ok()") -> ExecResult:

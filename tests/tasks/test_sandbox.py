@@ -301,6 +301,12 @@ def test_isolation_report():
         "seccomp",
         "rlimits",
         "minimal_environment",
+        "memory_cgroup",
+        "pids_cgroup",
+        "uid_of_its_own",
+        "capabilities_dropped",
+        "proc_narrowed",
+        "host_wide_calls_refused",
     }
     assert set(layers) == expected
     assert all(layers.values()), layers  # every layer is in force on the machines this suite runs on
