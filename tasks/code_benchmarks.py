@@ -13,7 +13,9 @@ the program runs contained by the kernel (bubblewrap: namespaces, a read-only fi
 private tmpfs, uid nobody, seccomp, rlimits, a wall-clock timeout), and the tests run in a
 separate trusted process that calls the program's functions and gets back plain data, so no
 program can make its own tests pass. HumanEval's prompt helpers that its tests call (e.g.
-``encode_cyclic``) run with the tests, not as the model's code. Model-written code only runs after an
+``encode_cyclic``) run with the tests, not as the model's code. A row whose test code asks for
+object identity the sandbox cannot keep (``id()``, ``x is y`` between results; see
+:mod:`tasks.sandbox.testcheck`) fails the load with one line naming it. Model-written code only runs after an
 explicit opt-in (see :func:`bench.core.code_execution_allowed`), as lm-evaluation-harness
 requires ``--confirm_run_unsafe_code``.
 
@@ -45,6 +47,7 @@ from bench.registry import TASKS
 from tasks.data import Source, data_dir, load_rows, require, to_dataset
 from tasks.prompts import chat_prompt
 from tasks.sandbox import Sandbox, SandboxLimits
+from tasks.sandbox.testcheck import check_test
 
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
@@ -133,6 +136,7 @@ class CodeBenchmark(Task):
                     f"({type(e).__name__}: {e}); fields: {', '.join(sorted(r))}"
                 ) from None
             if row is not None:
+                check_test(row["test"], f"{where}: {row['id']}")
                 rows.append(row)
         return to_dataset(rows)
 

@@ -4,10 +4,22 @@
 job (see there), whose fd 3 is the channel to that job's program and fd 4 the verdict pipe to the
 parent. No program code ever runs in these processes: the names the tests take from the program
 are proxies that send their arguments over the channel, and what comes back is decoded by
-:func:`sandbox_wire.decode` into this process's own plain values. A builtin name is never taken
+:func:`sandbox_wire.decode` into this process's own values. A builtin name is never taken
 from the program, unless it is the entry point the task names (MBPP has a task whose function is
-called ``sum``). A module name is bound to this process's own import of that standard-library
-module.
+called ``sum``). A name the program binds to a module is bound to this process's own import of
+that standard-library module only when the test's code itself mentions the module's top-level
+package name (``import math`` in the program, ``math.isclose`` in the test), never for a
+``__main__`` module or one of :data:`NEVER_IMPORTED` (whose import has effects: opening a browser,
+running a test suite); otherwise the name stays unbound and the test fails with a NameError. So a
+program cannot make the grader import a module of its choosing (``import venv.__main__ as check``
+would run pip in the grader).
+
+Typed values (:func:`build`) become this process's own objects: the standard library's classes,
+and for a program's subclass of a carried class (or a namedtuple) a class made here, once per name
+and base in a job (at most :data:`MAX_CLASSES`), with the program's name and none of its methods.
+A call's reply may say that the program changed a list, dict, set, bytearray or deque argument, or
+that its result is one of the arguments: the tests' own argument objects are then changed in place
+(:func:`_write`) or returned, as in one process.
 
 Verdict line on fd 4: ``passed``, or ``failed TEXT``, ``exited TEXT`` (the program ended itself
 before the tests finished), ``ended TEXT`` (its process died: the parent says why) or ``error
@@ -27,7 +39,17 @@ import sandbox_child as child
 import sandbox_wire as wire
 
 TEST_FILE = "<test>"
-NEVER_IMPORTED = frozenset({"antigravity", "this", "idlelib", "turtle", "turtledemo", "tkinter", "__hello__"})
+NEVER_IMPORTED = frozenset(
+    {"antigravity", "this", "idlelib", "turtle", "turtledemo", "tkinter", "__hello__", "__phello__", "test", "lib2to3"}
+)
+MAX_CLASSES = 64  # classes build() makes in one job
+FACTORIES = "int float complex str bytes bytearray bool list tuple set frozenset dict".split()  # defaultdict's
+BASES = {("builtins", n) for n in ("int", "float", "complex", "str", "bytes", "bytearray", "tuple", "list")}
+BASES |= {("builtins", n) for n in ("set", "frozenset", "dict")} | {("array", "array"), ("fractions", "Fraction")}
+BASES |= {("collections", n) for n in ("deque", "Counter", "OrderedDict", "defaultdict", "ChainMap", "UserList")}
+BASES |= {("collections", "UserDict"), ("collections", "UserString"), ("decimal", "Decimal")}
+HASHABLE_BASES = (int, float, complex, str, bytes, tuple, frozenset)
+MADE: dict = {}  # (name, qualname, base, fields) -> the class made for it
 
 
 class ProgramEnded(BaseException):
@@ -85,8 +107,12 @@ def _proxy(fd: int, name: str):
             raise ProgramEnded(f"the program's process ended while running {name}()") from exc
         except wire.WireError as exc:
             raise NotData(f"the program's process sent malformed data: {exc}") from None
-        if type(reply) is list and len(reply) == 2 and reply[0] == "ok":
-            return reply[1]
+        if type(reply) is list and len(reply) == 4 and reply[0] == "ok" and type(reply[3]) is list:
+            for change in reply[3]:
+                if type(change) is not list or len(change) != 2:
+                    raise NotData(f"malformed reply to a call of {name}()")
+                _write(_argument(change[0], args, kwargs), change[1])
+            return reply[1] if reply[2] is None else _argument(reply[2], args, kwargs)
         if type(reply) is list and len(reply) == 3 and reply[0] == "raise":
             raise _exception(reply[1], reply[2])
         if type(reply) is list and len(reply) == 2 and reply[0] == "exit":
@@ -97,17 +123,133 @@ def _proxy(fd: int, name: str):
     return call
 
 
-def _module(name):
-    top = name.partition(".")[0] if type(name) is str else ""
-    if top in sys.stdlib_module_names and top not in NEVER_IMPORTED:
-        try:
-            return importlib.import_module(name)
-        except Exception:
-            return None
-    return None
+def _argument(key, args: tuple, kwargs: dict):
+    """The tests' own argument the program's reply names (its index, or its keyword)."""
+    if type(key) is int and 0 <= key < len(args):
+        return args[key]
+    if type(key) is str and key in kwargs:
+        return kwargs[key]
+    raise NotData("the program's process named an argument that was not passed")
 
 
-def _bind(reply, wanted: set, fd: int) -> dict:
+def _write(target, value) -> None:
+    """Give the tests' argument the value the program's call left in it, in place (its nested
+    objects are replaced, not changed)."""
+    collections = sys.modules.get("collections")
+    deque = getattr(collections, "deque", list)
+    mapping = (dict, getattr(collections, "UserDict", dict))
+    if isinstance(target, mapping) and type(value) is dict or isinstance(target, set) and type(value) is set:
+        target.clear()
+        target.update(value)
+    elif isinstance(target, deque) and type(value) is deque:
+        target.clear()
+        target.extend(value)
+    elif isinstance(target, (list, getattr(collections, "UserList", list))) and type(value) is list:
+        target[:] = value
+    elif isinstance(target, bytearray) and type(value) is bytearray:
+        target[:] = value
+    else:
+        raise NotData(f"the program's process changed a {type(target).__name__} argument into a {type(value).__name__}")
+
+
+def build(items: list):
+    """This process's own object for a typed value ``[kind, part, ...]`` (``sandbox_wire.BUILD``);
+    the parts are already this process's objects. Any failure is the frame's: a WireError."""
+    try:
+        return _build(items[0], items[1:])
+    except wire.WireError:
+        raise
+    except Exception:  # noqa: BLE001 - never an exception the tests could take for the program's
+        raise wire.WireError(f"malformed {str(items[0])[:40]} value") from None
+
+
+def _build(kind: str, parts: list):  # noqa: C901, PLR0911, PLR0912 - one branch per kind
+    import collections  # noqa: PLC0415 - only when a program returns one of these
+
+    one = parts[0] if len(parts) == 1 else None
+    if kind in ("Counter", "OrderedDict", "UserDict", "mappingproxy", "dict_keys", "dict_items") and type(one) is dict:
+        if kind in ("dict_keys", "dict_items"):
+            return one.keys() if kind == "dict_keys" else one.items()
+        return type(type.__dict__)(one) if kind == "mappingproxy" else getattr(collections, kind)(one)
+    if kind == "dict_values" and type(one) is list:
+        return dict(enumerate(one)).values()
+    if kind == "defaultdict" and len(parts) == 2 and type(parts[1]) is dict:
+        factory = getattr(builtins, parts[0]) if type(parts[0]) is str and parts[0] in FACTORIES else None
+        return collections.defaultdict(factory, parts[1])
+    if (kind, type(one)) in (("UserList", list), ("UserString", str)):
+        return getattr(collections, kind)(one)
+    if kind == "ChainMap" and type(one) is list and all(isinstance(m, collections.abc.Mapping) for m in one):
+        return collections.ChainMap(*one)
+    if kind == "array" and len(parts) == 2 and type(parts[0]) is str and type(parts[1]) is bytes:
+        import array  # noqa: PLC0415
+
+        made = array.array(parts[0])  # a ValueError for an unknown typecode
+        made.frombytes(parts[1])
+        return made
+    if kind == "memoryview" and len(parts) == 3 and type(parts[0]) is str and type(parts[1]) is bytes:
+        shape = parts[2]
+        if type(shape) is not tuple or len(shape) > 64 or any(type(n) is not int for n in shape):
+            raise wire.WireError("malformed memoryview")
+        view = memoryview(parts[1])
+        return view if parts[0] == "B" and shape == (len(view),) else view.cast(parts[0], list(shape))
+    if kind == "namedtuple" and len(parts) == 4 and type(parts[2]) is tuple and type(parts[3]) is tuple:
+        return _made(parts[0], parts[1], tuple, parts[2])._make(parts[3])
+    if kind == "sub" and len(parts) == 3:
+        value = parts[2]
+        base = type(value)
+        if (base.__module__, base.__qualname__) not in BASES or getattr(
+            sys.modules.get(base.__module__), base.__qualname__, None
+        ) is not base:
+            raise wire.WireError("a subclass of a class the wire does not carry")
+        cls = _made(parts[0], parts[1], base, None)
+        if base is collections.defaultdict:
+            return cls(value.default_factory, value)
+        if base is collections.ChainMap:
+            return cls(*value.maps)
+        return cls(value.typecode, value) if base.__module__ == "array" else cls(value)
+    raise wire.WireError(f"malformed {kind[:40]} value")
+
+
+def _made(name, qualname, base: type, fields):
+    """The class standing for a program's subclass of ``base`` (or namedtuple with ``fields``):
+    its name and nothing of the program's, made once per job."""
+    parts = qualname.split(".") if type(qualname) is str and len(qualname) <= 200 else [""]
+    if type(name) is not str or not name.isidentifier() or not all(p.isidentifier() or p == "<locals>" for p in parts):
+        raise wire.WireError("malformed class name")
+    if fields is not None and (len(fields) > 255 or any(type(f) is not str for f in fields)):
+        raise wire.WireError("malformed namedtuple fields")
+    key = (name, qualname, base, fields)
+    cls = MADE.get(key)
+    if cls is None:
+        if len(MADE) >= MAX_CLASSES:
+            raise wire.WireError(f"more than {MAX_CLASSES} classes in one job")
+        if fields is None:
+            cls = type(name, (base,), {"__module__": "__program__", "__qualname__": qualname})
+        else:
+            import collections  # noqa: PLC0415
+
+            cls = collections.namedtuple(name, fields, module="__program__")  # a ValueError for bad fields
+            cls.__qualname__ = qualname
+        MADE[key] = cls
+        if base in HASHABLE_BASES:
+            wire.HASHABLE.add(cls)
+    return cls
+
+
+def _module(name, mentioned: set):
+    """This process's import of the standard-library module ``name``, if the test's code mentions
+    its top-level package and importing it has no effect beyond defining it."""
+    parts = name.split(".") if type(name) is str else [""]
+    top = parts[0]
+    if top not in mentioned or top not in sys.stdlib_module_names or top in NEVER_IMPORTED or "__main__" in parts:
+        return None
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _bind(reply, wanted: set, mentioned: set, fd: int) -> dict:
     namespace = {"__name__": "__test__", "__builtins__": builtins}
     for item in reply:
         if type(item) is not list or len(item) != 3 or type(item[0]) is not str or item[0] not in wanted:
@@ -116,7 +258,7 @@ def _bind(reply, wanted: set, fd: int) -> dict:
         if kind == "call":
             namespace[name] = _proxy(fd, name)
         elif kind == "module":
-            module = _module(payload)
+            module = _module(payload, mentioned)
             if module is not None:
                 namespace[name] = module
         elif kind == "data":
@@ -126,9 +268,11 @@ def _bind(reply, wanted: set, fd: int) -> dict:
 
 def grade(test: str, entry_point: str, fd: int) -> tuple[str, str]:
     code = compile(test, TEST_FILE, "exec", dont_inherit=True)
-    wanted = {n for n in _names(code) if not hasattr(builtins, n) and not n.startswith("__")}
+    mentioned = _names(code)
+    wanted = {n for n in mentioned if not hasattr(builtins, n) and not n.startswith("__")}
     if entry_point:
         wanted.add(entry_point)
+    wire.BUILD = build
     try:
         wire.send(fd, ["names", sorted(wanted)])
         reply = wire.receive(fd)
@@ -140,7 +284,7 @@ def grade(test: str, entry_point: str, fd: int) -> tuple[str, str]:
         return status, ("the program exited before its tests ran: " if status == "exited" else "") + detail
     if type(reply) is not list or len(reply) != 2 or reply[0] != "ready" or type(reply[1]) is not list:
         return "failed", "malformed reply from the program's process"
-    namespace = _bind(reply[1], wanted, fd)
+    namespace = _bind(reply[1], wanted, mentioned, fd)
     try:
         exec(code, namespace)  # noqa: S102 - the task's own test code
     except ProgramEnded as exc:

@@ -10,8 +10,17 @@ Protocol (frames of :mod:`sandbox_wire`), the grader speaking first:
 ``["names", [name, ...]]`` -> ``["ready", [[name, kind, payload], ...]]`` (kind ``call``,
 ``module`` with the module's name, or ``data`` with the value), or ``["load_error", kind, text]``
 when the program itself failed (kind ``exit`` for SystemExit, else ``error``); then any number
-of ``["call", name, args, kwargs]`` -> ``["ok", value]``, ``["raise", type_name, message]`` or
-``["exit", text]`` (the function raised SystemExit).
+of ``["call", name, args, kwargs]`` -> ``["ok", value, same, changed]``, ``["raise", type_name,
+message]`` or ``["exit", text]`` (the function raised SystemExit). In an ``ok`` reply, ``same`` is
+None or the argument (its index, or its keyword) that the function returned, then sent as None,
+and ``changed`` the ``[index or keyword, value]`` of each list, dict, set, bytearray or deque
+argument whose value the call changed; the grader changes its own argument objects to match, in
+place, and returns its own argument for ``same``, so that ``f(a) is a``, ``f(a) is not a`` and a
+test of what ``f`` did to ``a`` answer as in one process.
+
+Values of richer types than plain data cross as typed values (:func:`describe`): the standard
+library's mappings, sequences and views by their contents, a subclass of a carried class by its
+name and its base value, a namedtuple by its name, fields and items.
 """
 
 import builtins
@@ -22,6 +31,85 @@ import sandbox_child as child
 import sandbox_wire as wire
 
 PROGRAM_FILE = "<program>"
+BUILTIN = {t: t.__name__ for t in (int, float, complex, str, bytes, bytearray, tuple, list, set, frozenset, dict)}
+BUILTIN |= {type({}.keys()): "dict_keys", type({}.values()): "dict_values", type({}.items()): "dict_items"}
+BUILTIN |= {memoryview: "memoryview", type(type.__dict__): "mappingproxy"}
+STDLIB = {("collections", n): n for n in ("deque", "Counter", "OrderedDict", "defaultdict", "ChainMap")}
+STDLIB |= {("collections", n): n for n in ("UserList", "UserDict", "UserString")}
+STDLIB |= {("array", "array"): "array", ("fractions", "Fraction"): "Fraction", ("decimal", "Decimal"): "Decimal"}
+# an exact copy of a value of a builtin class, through the base class's own methods
+COPY = {"int": int.__index__, "float": float.__float__, "complex": complex.__complex__, "str": str.__str__}
+COPY |= {"bytes": lambda v: bytes.__getitem__(v, slice(None)), "bytearray": bytearray}
+COPY |= {"tuple": lambda v: tuple(tuple.__iter__(v)), "list": lambda v: list(list.__iter__(v))}
+COPY |= {"set": lambda v: set(set.__iter__(v)), "frozenset": lambda v: frozenset(frozenset.__iter__(v))}
+COPY |= {"dict": lambda v: dict(dict.items(v))}
+FACTORIES = "int float complex str bytes bytearray bool list tuple set frozenset dict".split()  # defaultdict's
+WATCHED = (list, dict, set, bytearray)  # and deque: arguments whose changes go back to the grader
+
+
+def _kind(cls) -> str | None:
+    """The wire's name for a class it carries (that class exactly), else None."""
+    kind = BUILTIN.get(cls)
+    if kind is None:
+        key = (getattr(cls, "__module__", None), getattr(cls, "__qualname__", None))
+        kind = STDLIB.get(key) if type(key[0]) is str and type(key[1]) is str else None
+        if kind is not None and getattr(sys.modules.get(key[0]), key[1], None) is not cls:
+            return None
+    return kind
+
+
+def _named(cls) -> bool:
+    name, qualname = cls.__name__, cls.__qualname__
+    parts = qualname.split(".") if type(qualname) is str else [""]
+    return type(name) is str and name.isidentifier() and all(p.isidentifier() or p == "<locals>" for p in parts)
+
+
+def describe(value):
+    """``(kind, parts)`` for a value of a carried class other than the plain ones (``sandbox_wire.TYPED``),
+    None to leave it to the plain encoding (its base value, an iterator's items, or an opaque marker)."""
+    cls = type(value)
+    base = next((b for b in cls.__mro__ if _kind(b) is not None), None)
+    if base is None:
+        return None
+    kind = _kind(base)
+    if base is cls:
+        return _parts(kind, value)
+    if not _named(cls):
+        return None
+    fields = getattr(cls, "_fields", None)
+    if kind == "tuple" and type(fields) is tuple and all(type(f) is str for f in fields):
+        return "namedtuple", [cls.__name__, cls.__qualname__, fields, tuple(tuple.__iter__(value))]
+    if kind in COPY:
+        plain = COPY[kind](value)
+    elif kind == "defaultdict":
+        plain = base(value.default_factory, value)
+    elif kind in ("ChainMap", "array"):
+        plain = base(*value.maps) if kind == "ChainMap" else base(value.typecode, value)
+    else:  # deque, Counter, OrderedDict, UserList, UserDict, UserString, Fraction, Decimal
+        plain = base(value)
+    return "sub", [cls.__name__, cls.__qualname__, plain]
+
+
+def _parts(kind: str, value):  # noqa: PLR0911 - one return per kind
+    if kind in ("dict_keys", "dict_items"):
+        return kind, [dict(value.mapping)]
+    if kind == "dict_values":
+        return kind, [list(value)]
+    if kind in ("Counter", "OrderedDict", "UserDict", "mappingproxy"):
+        return kind, [dict(value.items())]
+    if kind == "defaultdict":
+        factory = getattr(value.default_factory, "__name__", None)
+        known = factory in FACTORIES and value.default_factory is getattr(builtins, factory)
+        return kind, [factory if known else None, dict(dict.items(value))]
+    if kind in ("UserList", "UserString"):
+        return kind, [list(value.data) if kind == "UserList" else str(value.data)]
+    if kind == "ChainMap":
+        return kind, [list(value.maps)]
+    if kind == "array":
+        return kind, [str(value.typecode), bytes(value.tobytes())]
+    if kind == "memoryview":
+        return kind, [str(value.format), bytes(value.tobytes()), tuple(map(int, value.shape))]
+    return None  # deque, Fraction, Decimal: plain data
 
 
 def _describe_names(namespace: dict, wanted) -> list:
@@ -56,6 +144,7 @@ def _reply(fd: int, message: list) -> None:
 def main() -> None:
     child.start()
     wire.ACCEPT_HANDLES = True
+    wire.TYPED = describe
     program = child.read_stdin()
     fd = child.CHANNEL_FD
     module = types.ModuleType("__program__")  # not __main__: a demo block does not run
@@ -81,11 +170,23 @@ def main() -> None:
             _, name, args, kwargs = wire.receive(fd)
         except EOFError:
             return
-        try:
-            result = namespace[name](*args, **kwargs)
-            message = ["ok", result]
-        except SystemExit as exc:
-            message = ["exit", child.describe(exc)]
-        except BaseException as exc:  # noqa: BLE001 - exceptions go back to the tests
-            message = ["raise", type(exc).__name__, _message(exc)]
-        _reply(fd, message)
+        _reply(fd, _call(namespace[name], args, kwargs))
+
+
+def _call(function, args: list, kwargs: dict) -> list:
+    """The reply to one call: its result (or the argument it is), and the arguments it changed."""
+    arguments = [*enumerate(args), *kwargs.items()]
+    deque = getattr(sys.modules.get("collections"), "deque", list)
+    watched = [(key, value, wire.encode(value)) for key, value in arguments if isinstance(value, (*WATCHED, deque))]
+    try:
+        result = function(*args, **kwargs)
+    except SystemExit as exc:
+        return ["exit", child.describe(exc)]
+    except BaseException as exc:  # noqa: BLE001 - exceptions go back to the tests
+        return ["raise", type(exc).__name__, _message(exc)]
+    same = next((key for key, value in arguments if value is result), None)
+    try:
+        changed = [[key, value] for key, value, before in watched if wire.encode(value) != before]
+    except BaseException as exc:  # noqa: BLE001 - the program's failure
+        return ["raise", "ValueError", f"an argument the program changed cannot be sent: {child.describe(exc)}"]
+    return ["ok", None if same is not None else result, same, changed]

@@ -1,4 +1,4 @@
-"""The only thing that crosses between a sandboxed program and its grader: plain data, framed.
+"""The only thing that crosses between a sandboxed program and its grader: data, framed.
 
 Both sides of :mod:`tasks.sandbox` load this file (stdlib only; it is also importable as
 ``tasks.sandbox.wire``). The program's side encodes return values and decodes arguments; the
@@ -6,17 +6,21 @@ grader's side encodes arguments and decodes return values. The grader never trus
 receives: :func:`decode` builds nothing but ``None``, ``bool``, ``int``, ``float``, ``complex``,
 ``str``, ``bytes``, ``bytearray``, ``list``, ``tuple``, ``dict``, ``set``, ``frozenset`` and,
 from plain parts, ``collections.deque``, ``range``, ``fractions.Fraction``, ``decimal.Decimal``
-and a list iterator (for a returned generator
-or iterator, so that the tests see one-pass iteration as the program gave it). Sizes and depth
-are capped, every length is checked against the bytes present, and dict keys and set items must be
-hashable plain data (hashing plain data runs no program code). Anything malformed is a
-:class:`WireError`.
+and a list iterator (for a returned generator or iterator, so that the tests see one-pass
+iteration as the program gave it), and hands a *typed* value (tag ``y``: a kind's name and its
+parts, decoded first as plain data) to :data:`BUILD`, which only the grader sets
+(``sandbox_grader.build``: the grader's own Counter, OrderedDict, namedtuple, subclass of list...).
+Sizes and depth are capped, every length is checked against the bytes present, and dict keys and
+set items must be hashable plain data (hashing plain data runs no program code), at most
+:data:`MAX_COLLISIONS` of them sharing one hash value (a hash-flooded table would cost the grader
+quadratic time to build). Anything malformed is a :class:`WireError`.
 
-Encoding is by value and lossy only where the values compare equal to what they came from:
-a namedtuple (or ``typing.NamedTuple``) becomes its tuple, a dict/str/int/list subclass its plain
-base value, ``UserList``/``UserDict``/``UserString``, ``ChainMap`` and other mappings their plain
-counterparts. A value of any other type becomes an *opaque* marker carrying the type's name, which
-compares equal to nothing (see :class:`Opaque`).
+Encoding is by value. The program's side describes values of richer types through :data:`TYPED`
+(``sandbox_program.describe``); without it (the grader's side, sending arguments) a namedtuple
+becomes its tuple, a subclass of a plain type its plain base value, ``UserList``/``UserDict``/
+``UserString``, ``ChainMap`` and other mappings their plain counterparts. A value of any other
+type becomes an *opaque* marker carrying the type's name, which compares equal to nothing (see
+:class:`Opaque`).
 
 Frames: 4-byte big-endian length, then the encoded value.
 """
@@ -31,6 +35,7 @@ import sys
 MAX_FRAME = 32 << 20  # bytes in one frame
 MAX_DEPTH = 64  # nesting of containers
 MAX_ITEMS = 1 << 20  # values in one frame
+MAX_COLLISIONS = 32  # dict keys or set items of one value that may share a hash value
 ITERATOR_LIMIT = 100_000  # items taken from a returned iterator before giving up
 _LEN = struct.Struct(">I")
 _HANDLE = struct.Struct(">Q")
@@ -39,6 +44,13 @@ _HANDLE = struct.Struct(">Q")
 # never accepts a handle: ACCEPT_HANDLES is set only in the program's process.
 HANDLES: dict[int, object] = {}
 ACCEPT_HANDLES = False
+# Typed values: TYPED(value) -> (kind, [part, ...]) or None, set on the program's side; BUILD([kind,
+# part, ...]) -> the value, set on the grader's side, which adds the classes it makes whose
+# instances hash as plain data (a namedtuple, a subclass of str) to HASHABLE.
+TYPED = None
+BUILD = None
+HASHABLE: set = set()
+_PLAIN = frozenset({int, float, complex, str, bytes, bytearray, tuple, list, set, frozenset, dict, range})
 _FLOAT = struct.Struct(">d")
 _COMPLEX = struct.Struct(">dd")
 
@@ -97,6 +109,9 @@ def _encode(v, out: bytearray, depth: int) -> None:  # noqa: C901, PLR0912 - one
         out += b"T"
     elif v is False:
         out += b"F"
+    elif TYPED is not None and type(v) not in _PLAIN and (typed := TYPED(v)) is not None:
+        kind, parts = typed
+        _items(out, b"y", iter((kind, *parts)), 1 + len(parts), depth)
     elif isinstance(v, int):
         _put(out, b"i", _int_bytes(int.__index__(v)))
     elif isinstance(v, float):
@@ -238,7 +253,7 @@ class _Reader:
                 return decimal.Decimal(text)
             except (decimal.InvalidOperation, ValueError):
                 raise WireError("malformed decimal") from None
-        if tag not in b"ltqSZdIrQ" or len(tag) != 1:
+        if tag not in b"ltqSZdIrQy" or len(tag) != 1:
             raise WireError(f"unknown tag {tag!r}")
         n = self.length()
         if n > len(self.data) - self.pos:  # every value takes at least one byte
@@ -254,6 +269,10 @@ class _Reader:
             return deque(items)
         if tag == b"I":
             return iter(items)
+        if tag == b"y":
+            if BUILD is None or not items or type(items[0]) is not str:
+                raise WireError("a typed value is not accepted here")
+            return BUILD(items)
         if tag == b"Q":
             if n != 2 or any(type(x) is not int for x in items) or items[1] == 0:
                 raise WireError("malformed fraction")
@@ -275,17 +294,22 @@ class _Reader:
 
 
 def _hashable(values: list) -> None:
-    """Only plain hashables (which hash without running any code but the interpreter's)."""
+    """Only plain hashables (which hash without running any code but the interpreter's), of which
+    at most MAX_COLLISIONS share one hash value: Python's probes are perturbed by the whole hash, so
+    only many keys sharing it make a table cost quadratic time. The hashes are sorted, not counted
+    in a table (whose own keys, equal-hash ints, would collide in turn)."""
     stack = list(values)
     while stack:
         v = stack.pop()
         tp = type(v)
-        if tp is tuple:
+        if tp is tuple or tp is frozenset or (tp in HASHABLE and isinstance(v, (tuple, frozenset))):
             stack.extend(v)
-        elif tp is frozenset:
-            stack.extend(v)
-        elif tp not in (type(None), bool, int, float, complex, str, bytes, range):
+        elif tp not in (type(None), bool, int, float, complex, str, bytes, range) and tp not in HASHABLE:
             raise WireError(f"unhashable {tp.__name__} as a dict key or set item")
+    if len(values) > MAX_COLLISIONS:
+        hashes = sorted(map(hash, values))
+        if any(a == b for a, b in zip(hashes, hashes[MAX_COLLISIONS:])):
+            raise WireError(f"more than {MAX_COLLISIONS} dict keys or set items share one hash value")
 
 
 # -- frames ----------------------------------------------------------------------------------
