@@ -66,7 +66,11 @@ class CodeTaskConfig(TaskConfig):
     timeout_s: float = 30.0
     """Wall-clock seconds per program: a backstop for programs that sleep or block."""
     memory_mb: int = 1024
-    """Address-space limit per program."""
+    """Address-space limit per process of a program, and (plus its 64 MB tmpfs) the memory limit of
+    its run's cgroup: shared memory, memfds and forked children together."""
+    require_cgroups: bool = False
+    """Refuse to grade where per-run cgroups cannot be made, instead of bounding memory and processes
+    per process only (set it on a shared training node)."""
     workers: int | None = None
     """Programs run at once (None: min(2, cpus))."""
 
@@ -109,7 +113,9 @@ class CodeBenchmark(Task):
                 f"unknown template {self.config.template!r} for task {self.name!r}; valid: {', '.join(self.templates)}"
             )
         cfg = self.config
-        self.limits = SandboxLimits(timeout_s=cfg.timeout_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb)
+        self.limits = SandboxLimits(
+            timeout_s=cfg.timeout_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb, require_cgroups=cfg.require_cgroups
+        )
         self._allowed = False
         self._sandbox: Sandbox | None = None
 

@@ -9,7 +9,8 @@ executes it and then serves calls of its functions. The tests run in another
 (``sandbox_grader.py``), the *grader*, where every name they take from the program is a proxy:
 a call sends its arguments over a socket, the program's process runs the function, and the
 result comes back as plain data (None, bool, int, float, complex, str, bytes, and lists,
-tuples, dicts, sets of those; capped in size and depth), decoded by :mod:`tasks.sandbox.wire`
+tuples, dicts, sets of those, and the standard library's containers by type; capped in size and
+depth), decoded by :mod:`tasks.sandbox.wire`
 into the grader's own objects. So the values the tests compare, the comparison functions, the
 builtins, the modules and the test code itself all live where the program cannot reach them;
 the program's prints and exit status are not part of the verdict. The verdict travels on a
@@ -28,18 +29,35 @@ where cgroups cannot be made it runs without them and says so once, or refuses w
 namespace takes every process of the program with it. Without bubblewrap the sandbox refuses to
 run (one line saying how to install it); it never falls back to less isolation.
 
-**Threat model.** Contained: whatever the program computes, imports, patches, prints or exits
-with; processes it starts; files it writes (only its tmpfs); the network (none); other
-processes (not visible); the grader's state (another address space, reached only by plain data).
-Not contained: kernel vulnerabilities (the seccomp filter narrows the surface, it does not remove
-it); denial of service inside the limits (CPU time, memory, the wall-clock timeout); reading the
-world-readable system and Python files that are bound in, the bind mounts' source paths in the
-process's own ``/proc/self/mountinfo``, and what ``uname`` and ``sysinfo`` tell (kernel version,
-host memory, load, uptime). What the grader cannot see: an object's
-identity or type beyond plain data, so a test that needs more (a program's own class instance, a
-callable passed to the program, a mutated argument) fails the program; HumanEval and MBPP need
-none of these. Functions the task's prompt defines for its tests (HumanEval 32, 38, 50) belong in
-the test code, where they are trusted (the task puts them there).
+**Threat model.** Contained: whatever the program computes, imports, patches, prints or exits with;
+processes it starts; files it writes (only its tmpfs); the network (none); other processes (not
+visible); the grader's state (another address space, reached only by plain data); memory and
+processes past the run's own share (its cgroup and uid), so a neighbour's reward is not the
+program's to spoil. Not contained: kernel vulnerabilities (the seccomp filter narrows the surface,
+it does not remove it); denial of service inside the limits (CPU time, memory, the wall-clock
+timeout); reading the world-readable system and Python files that are bound in, the bind mounts'
+source paths in the process's own ``/proc/self/mountinfo``, and what ``uname`` and ``sysinfo`` tell
+(kernel version, host memory, load, uptime); where no cgroup can be made, memory past RLIMIT_AS held
+in shared memory, memfds or forked children. What the grader sees of a result: its value and, for
+the standard library's containers (Counter, OrderedDict, defaultdict, deque,
+UserList/UserDict/UserString, ChainMap, array, memoryview, dict views), its type; a program's
+subclass of one of those or of a builtin arrives as an instance of a class the grader makes (the
+same name, none of the program's methods), a namedtuple as a namedtuple the grader makes, so
+``isinstance`` and ``type(r) is list`` answer as in one process while the program's ``__eq__`` never
+runs. Identity crosses only at the top level of a call: a result that is one of the call's arguments
+is the test's own argument object, and a list, dict, set, bytearray or deque argument the call
+changed is changed in place in the grader (its nested objects are replaced). Tests that need more
+(identity of objects nested in results and arguments or across calls, ``id()``, ``gc``, ``weakref``,
+reference counts) are refused when the task loads (:mod:`tasks.sandbox.testcheck`); a program's own
+class instances stay opaque markers that equal nothing (the tests may pass them back to the
+program), and a callable passed to the program fails it; arguments reach the program as plain data.
+The grader imports a module the program bound to a name the tests use only when the test's code
+names that module's top-level package itself, never a ``__main__`` module or one whose import has
+effects, so a program cannot make the grader run an import of its choosing; its decoder refuses dict
+keys and set items of which more than 32 share a hash value, so a reply cannot cost it quadratic
+time. Whatever else a large result costs the grader is bounded by its CPU limit and alarm: a verdict
+that never comes is an error, never a pass. Functions the task's prompt defines for its tests
+(HumanEval 32, 38, 50) belong in the test code, where they are trusted (the task puts them there).
 """
 
 from __future__ import annotations
@@ -61,6 +79,7 @@ from tasks.sandbox import probe as sandbox_probe
 from tasks.sandbox import process as sandbox_process
 from tasks.sandbox import seccomp as sandbox_seccomp
 from tasks.sandbox.server import GraderServer
+from tasks.sandbox.testcheck import check_test as check_test
 
 STATUSES = ("passed", "failed", "timeout", "output_limit", "exited", "killed", "error")
 MAX_DETAIL = 300

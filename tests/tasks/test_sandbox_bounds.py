@@ -69,7 +69,11 @@ import os, time
 def held():
     r, w = os.pipe()
     for _ in range(6):  # each child stays within its own RLIMIT_AS; together they would hold 6 x 48 MB
-        if os.fork() == 0:
+        try:
+            pid = os.fork()
+        except OSError:  # the run's memory is spent already
+            break
+        if pid == 0:
             block = bytearray(48 << 20)
             for i in range(0, len(block), 4096):
                 block[i] = 1
