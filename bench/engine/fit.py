@@ -1,4 +1,4 @@
-"""Fitting a module without a run: Lightning on one CPU process, no checkpoints, progress bar or
+"""Fitting a module without a run: Lightning in one process (the CPU by default), no checkpoints, progress bar or
 MLflow, every logged row kept in memory (:class:`MemoryLogger`) -- for the benchmarks that time a step
 and the tests that check what a step logs. A run (bench.run.train) builds its own trainer."""
 
@@ -29,13 +29,23 @@ class MemoryLogger(Logger):
         pass
 
 
-def fit_logged(module: RLVRModule, task, rl: RLConfig, ev: EvalConfig, steps: int | None = None) -> list[dict]:
-    """Fit ``module`` with Lightning on one CPU process for ``steps`` RL steps (default ``rl.steps``):
-    no checkpoints, progress bar or validation. Returns every row it logged, in order."""
+def fit_logged(
+    module: RLVRModule,
+    task,
+    rl: RLConfig,
+    ev: EvalConfig,
+    steps: int | None = None,
+    accelerator: str = "cpu",
+    precision: str = "32-true",
+) -> list[dict]:
+    """Fit ``module`` with Lightning in one process (on the CPU unless ``accelerator`` is "gpu") for
+    ``steps`` RL steps (default ``rl.steps``): no checkpoints, progress bar or validation. Returns every
+    row it logged, in order."""
     logger = MemoryLogger()
     trainer = L.Trainer(
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
+        precision=precision,
         max_steps=(rl.steps if steps is None else steps) * rl.ppo_epochs * rl.minibatches,
         logger=logger,
         enable_checkpointing=False,

@@ -13,7 +13,10 @@ Reported per engine: rollout throughput (generated tokens/s during the rollout p
 throughput (completion tokens trained on per second of scoring + update: forward, backward, step),
 the weight-sync time (vLLM), the whole step time, and peak GPU memory (torch's allocator: the
 trainer, HF generation's KV cache and vLLM's weights and KV cache, which allocate through torch).
-The first step is a warm-up and is left out of the medians.
+The first step is a warm-up and is left out of the medians. Beside them: the update's model FLOPs
+utilisation (6 x parameters x completion tokens per second of the update phase, over the GPU's dense bf16
+peak: prompt tokens and activation recomputation are not counted, so it is a lower bound) and the memory
+that bench.run.plan estimates for the run (which leaves out HF generation's KV cache).
 """
 
 from __future__ import annotations
@@ -29,6 +32,26 @@ import time
 from pathlib import Path
 
 from bench.perf.common import machine, machine_line, md_table, perf_parser, write_report
+
+# Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) by GPU name, the first match counting: the MFU's
+# denominator.
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "GH200": 989.0, "A100": 312.0}
+
+
+def peak_tflops(gpu_name: str | None) -> float | None:
+    """The dense bf16 peak of the GPU named ``gpu_name`` (None when unknown)."""
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if gpu_name and k in gpu_name), None)
+
+
+def _plan(cfg, gpu_gb: float) -> dict:
+    """bench.run.plan's estimate for ``cfg`` (its parameter count and memory per process)."""
+    from bench.run.plan import plan
+
+    try:
+        p = plan(cfg, gpu_gb=gpu_gb, load_data=False)
+    except Exception as e:  # an estimate that cannot be made does not stop the measurement
+        return {"params": None, "plan_gb": None, "plan": f"no estimate: {type(e).__name__}: {e}"}
+    return {"params": p.params, "plan_gb": p.total_gb, "plan": p.line()}
 
 
 def _parse_shrink(items: list[str]) -> dict:
@@ -63,7 +86,9 @@ def _one(args: argparse.Namespace) -> None:
     cfg.eval.sampling = type(cfg.eval.sampling)(max_new_tokens=8)
     cfg.tracking.uri, cfg.tracking.experiment = args.uri, "creditbench-bench-scale"
     cfg.tracking.run_name = f"{args.engine}-{Path(args.model).name}"
-    if torch.cuda.is_available():
+    gpu = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
+    estimate = _plan(cfg, gpu.total_memory / 1e9 if gpu else 80.0)
+    if gpu:
         torch.cuda.reset_peak_memory_stats()
     result = run(cfg, progress=False)
     client = mlflow.MlflowClient(args.uri)
@@ -92,6 +117,8 @@ def _one(args: argparse.Namespace) -> None:
                 "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
                 "peak_gpu_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if torch.cuda.is_available() else None,
                 "mismatch": {k: series(k) for k in ("rollout/logprob_abs_diff_mean", "rollout/prob_ratio_max")},
+                "peak_tflops": peak_tflops(gpu.name if gpu else None),
+                **estimate,
             }
         ),
         flush=True,
@@ -112,6 +139,8 @@ def summarize(res: dict) -> dict:
     gen = med(per_step)
     rollout, score, update = med(s["time/rollout_s"]), med(s["time/score_s"]), med(s["time/update_s"])
     diff, ratio = res["mismatch"]["rollout/logprob_abs_diff_mean"], res["mismatch"]["rollout/prob_ratio_max"]
+    params, peak = res.get("params"), res.get("peak_tflops")
+    mfu = 6 * params * gen / update / (peak * 1e12) if params and peak and update else None
     return {
         "engine": res["engine"],
         "gen_tokens_per_step": gen,
@@ -123,6 +152,10 @@ def summarize(res: dict) -> dict:
         "step_s": med(s["time/step_s"]),
         "peak_gpu_gb": res["peak_gpu_gb"],
         "peak_gpu_reserved_gb": res["peak_gpu_reserved_gb"],
+        "update_mfu": mfu,
+        "params": params,
+        "plan_gb": res.get("plan_gb"),
+        "plan": res.get("plan"),
         "logprob_abs_diff_mean": med(diff) if diff else None,
         "prob_ratio_max": max(ratio) if ratio else None,
     }
@@ -133,8 +166,8 @@ def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
         return "–" if x is None or x != x else format(x, fmt)
 
     header = (
-        "engine | rollout tok/s | rollout s | update tok/s | update s | sync s | step s | "
-        "peak GPU GB (alloc / reserved) | mean abs logprob diff (vLLM vs trainer) | max prob ratio"
+        "engine | rollout tok/s | rollout s | update tok/s | update s | update MFU | sync s | step s | "
+        "peak GPU GB (alloc / reserved) | plan GB | mean abs logprob diff (vLLM vs trainer) | max prob ratio"
     )
     table = [
         [
@@ -143,9 +176,11 @@ def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
             f(r["rollout_s"], ".2f"),
             f(r["update_tok_s"], ",.0f"),
             f(r["update_s"], ".2f"),
+            f(r.get("update_mfu"), ".1%"),
             f(r["sync_s"], ".2f"),
             f(r["step_s"], ".2f"),
             f"{f(r['peak_gpu_gb'], '.1f')} / {f(r['peak_gpu_reserved_gb'], '.1f')}",
+            f(r.get("plan_gb"), ".1f"),
             f(r["logprob_abs_diff_mean"], ".4f"),
             f(r["prob_ratio_max"], ".3f"),
         ]
@@ -161,6 +196,8 @@ def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
         f"median of steps 2..{args.steps}.",
         "",
         *md_table(header, table),
+        "",
+        *(f"Plan ({r['engine']}): {r['plan']}" for r in rows if r.get("plan")),
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,11 @@
 """Benchmark: creditbench's GRPO step against TRL's GRPOTrainer on the same workload, per tiny size.
 
     python -m bench.perf.trl [--sizes tiny-500k tiny-2m tiny-8m] [--reps 3] [--steps 5] [--warmup 2]
-                              [--threads N] [--out results/benchmarks]
+                              [--threads N] [--device cpu] [--out results/benchmarks]
 
 Needs the ``trl`` extra (``pip install -e '.[trl]'``: trl 1.16.0; it is used by nothing but this script).
+``--device cuda`` runs all three (creditbench, TRL and the floor) on the GPU and writes ``trl_cuda.md|json``
+(each run's peak GPU memory is in the json, ``peak_gpu_mib``; the tables keep the processes' RSS).
 
 The workload, identical in both frameworks: the tiny Qwen3 policy of ``bench.models.policy.build_tiny`` (random
 weights, saved once with ``save_pretrained`` and loaded from that directory by both), arithmetic prompts
@@ -97,7 +99,13 @@ def _worker(spec: dict) -> None:
 
     torch.set_num_threads(spec["threads"])
     res = measure(
-        spec["framework"], spec["setting"], spec["model_dir"], spec["steps"], spec["warmup"], spec.get("trl_optim")
+        spec["framework"],
+        spec["setting"],
+        spec["model_dir"],
+        spec["steps"],
+        spec["warmup"],
+        spec.get("trl_optim"),
+        spec.get("device", "cpu"),
     )
     print(MARK + json.dumps(res), flush=True)
 
@@ -163,6 +171,8 @@ def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> 
         if load[2] > (host["cpus"] or 1) * 0.75
         else ""
     )
+    device = getattr(a, "device", "cpu")  # the reports of CPU runs before --device have none
+    device = "" if device == "cpu" else f" --device {device}"
     ratios = []
     for r in results:
         for label, name in (("matched", "matched"), ("best", "best vs TRL defaults")):
@@ -202,7 +212,8 @@ def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> 
         "",
         (
             f"`{PROG} --sizes {' '.join(a.sizes)} --reps {a.reps} --steps {a.steps} --warmup {a.warmup} "
-            f"--threads {host['torch_threads']}`. GRPO on arithmetic, "
+            f"--threads {host['torch_threads']}{device}`. "
+            "GRPO on arithmetic, "
             f"{PROMPTS} prompts x G={G}, up to {MAX_NEW} new tokens at temperature 1, no KL, one optimizer step per "
             "generation batch, random tiny Qwen3 weights loaded from the same directory by both. Each figure is "
             f"the median over {a.reps} repetitions of one subprocess's median step after {a.warmup} warm-up steps "
@@ -239,6 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=5, help="measured RL steps per run")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up RL steps per run (not measured)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per run (0: min(2, torch's default))")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--out", default="results/benchmarks")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -254,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if importlib.util.find_spec("trl") is None:
         raise CreditBenchError("the TRL benchmark needs trl: pip install -e '.[trl]'")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise CreditBenchError("--device cuda: torch sees no CUDA device")
     for size in a.sizes:
         if size not in TINY_SIZES:
             raise did_you_mean("model size", size, TINY_SIZES)
@@ -280,6 +294,7 @@ def main(argv: list[str] | None = None) -> None:
                         "warmup": a.warmup,
                         "threads": threads,
                         "trl_optim": optim,
+                        "device": a.device,
                     }
                     res = run_isolated(spec)
                     runs.setdefault(f"{framework}/{setting}", []).append(res)
@@ -304,14 +319,15 @@ def main(argv: list[str] | None = None) -> None:
     load_after = os.getloadavg()
     peak_load = max(x for r in results for reps in r["raw"].values() for run in reps for x in run["load_average_1min"])
     md = markdown(results, host, a, (load_before[0], load_after[0], peak_load), wall)
-    notes = Path(a.out) / "trl.md"
+    stem = "trl" if a.device == "cpu" else f"trl_{a.device}"
+    notes = Path(a.out) / f"{stem}.md"
     if notes.exists():  # keep the hand-written analysis that follows the measured tables
         old = notes.read_text()
         if NOTES in old:
             md += "\n" + old[old.index(NOTES) :]
     write_outputs(
         a.out,
-        "trl",
+        stem,
         md,
         {
             "machine": host,

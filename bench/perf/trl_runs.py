@@ -31,6 +31,14 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def _sync(device: str) -> None:
+    """Wait for the GPU's queued work, so that a step's clock covers it (nothing on the CPU)."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
 def _summary(times: list[float], tokens: list[int], cpu: list[float], warmup: int) -> dict:
     t, n = times[warmup:], tokens[warmup:]
     return {
@@ -42,12 +50,21 @@ def _summary(times: list[float], tokens: list[int], cpu: list[float], warmup: in
         "step_tokens": tokens,
         "step_cpu_s": cpu,
         "peak_rss_mib": _peak_rss_mib(),
+        "peak_gpu_mib": _peak_gpu_mib(),
     }
 
 
+def _peak_gpu_mib() -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_initialized() else None
+
+
 # ---------------------------------------------------------------------------------------- creditbench
-def measure_creditbench(model_dir: str, steps: int, warmup: int, settings: dict | None = None) -> dict:
-    """creditbench's GRPO (beta 0) through RLVRModule for warmup + steps RL steps."""
+def measure_creditbench(
+    model_dir: str, steps: int, warmup: int, settings: dict | None = None, device: str = "cpu"
+) -> dict:
+    """creditbench's GRPO (beta 0) through RLVRModule for warmup + steps RL steps (on ``device``)."""
     import lightning as L
     import torch
 
@@ -87,13 +104,14 @@ def measure_creditbench(model_dir: str, steps: int, warmup: int, settings: dict 
             self.t0, self.c0, self.n0 = time.perf_counter(), time.process_time(), pl_module.tokens
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            _sync(device)
             times.append(time.perf_counter() - self.t0)
             cpu.append(time.process_time() - self.c0)
             tokens.append(pl_module.tokens - self.n0)
 
     logger = MemoryLogger()
     trainer = L.Trainer(
-        accelerator="cpu",
+        accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
         max_steps=total,
         logger=logger,
@@ -140,7 +158,7 @@ def creditbench_adamw() -> str:
     return "adamw_torch_fused" if opt.defaults.get("fused") else "adamw_torch"
 
 
-def trl_args(setting: str, steps: int, out_dir: str, optim: str = "adamw_torch"):
+def trl_args(setting: str, steps: int, out_dir: str, optim: str = "adamw_torch", device: str = "cpu"):
     """GRPOConfig of ``setting``: "matched" (fp32, no checkpointing, loss_type grpo, ``optim`` -- creditbench's
     AdamW implementation --, constant lr) or "defaults" (TRL's own defaults at the same workload)."""
     from trl import GRPOConfig
@@ -160,7 +178,7 @@ def trl_args(setting: str, steps: int, out_dir: str, optim: str = "adamw_torch")
         "adam_beta2": BETAS[1],
         "weight_decay": WD,
         "max_grad_norm": CLIP,
-        "use_cpu": True,
+        "use_cpu": device == "cpu",
         "report_to": "none",
         "save_strategy": "no",
         "seed": SEED,
@@ -184,7 +202,9 @@ def trl_args(setting: str, steps: int, out_dir: str, optim: str = "adamw_torch")
     raise ValueError(f"unknown TRL setting {setting!r}")
 
 
-def measure_trl(model_dir: str, steps: int, warmup: int, setting: str = "matched", optim: str | None = None) -> dict:
+def measure_trl(
+    model_dir: str, steps: int, warmup: int, setting: str = "matched", optim: str | None = None, device: str = "cpu"
+) -> dict:
     """TRL's GRPOTrainer for warmup + steps optimizer steps (one generation batch each). ``optim``: the
     matched setting's AdamW implementation (default: creditbench's, see ``creditbench_adamw``)."""
     import torch
@@ -212,6 +232,7 @@ def measure_trl(model_dir: str, steps: int, warmup: int, setting: str = "matched
             self.t0, self.c0, self.n0 = time.perf_counter(), time.process_time(), len(counted)
 
         def on_step_end(self, args, state, control, **kw):
+            _sync(device)
             times.append(time.perf_counter() - self.t0)
             cpu.append(time.process_time() - self.c0)
             tokens.append(sum(counted[self.n0 :]))
@@ -220,7 +241,11 @@ def measure_trl(model_dir: str, steps: int, warmup: int, setting: str = "matched
     tok.padding_side = "left"
     with tempfile.TemporaryDirectory() as out_dir:
         args = trl_args(
-            setting, total, out_dir, optim or (creditbench_adamw() if setting == "matched" else "adamw_torch")
+            setting,
+            total,
+            out_dir,
+            optim or (creditbench_adamw() if setting == "matched" else "adamw_torch"),
+            device,
         )
         trainer = GRPOTrainer(
             model=model_dir,
@@ -240,8 +265,8 @@ def measure_trl(model_dir: str, steps: int, warmup: int, setting: str = "matched
 
 
 # ---------------------------------------------------------------------------------------- floor
-def measure_floor(model_dir: str, steps: int, warmup: int) -> dict:
-    """Bare generate of the batch + one forward/backward + AdamW step over the same tokens (fp32)."""
+def measure_floor(model_dir: str, steps: int, warmup: int, device: str = "cpu") -> dict:
+    """Bare generate of the batch + one forward/backward + AdamW step over the same tokens (fp32, on ``device``)."""
     import torch
 
     from bench.models.policy import load_policy
@@ -249,14 +274,14 @@ def measure_floor(model_dir: str, steps: int, warmup: int) -> dict:
     task = _task()
     rows = task.load("eval")
     model, tok = load_policy(model_dir)
-    model.train()
+    model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WD)
     torch.manual_seed(SEED)
     times, tokens, cpu = [], [], []
     for i in range(warmup + steps):
         prompts = [task.prompt(rows[(PROMPTS * i + j) % len(rows)]) for j in range(PROMPTS)]
         t0, c0 = time.perf_counter(), time.process_time()
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         ids, mask = enc["input_ids"].repeat_interleave(G, 0), enc["attention_mask"].repeat_interleave(G, 0)
         with torch.no_grad():
             seq = model.generate(
@@ -277,6 +302,7 @@ def measure_floor(model_dir: str, steps: int, warmup: int) -> dict:
         (-(logp * cmask).sum() / cmask.sum()).backward()
         opt.step()
         opt.zero_grad()
+        _sync(device)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         tokens.append(int(cmask.sum()))
@@ -286,15 +312,20 @@ def measure_floor(model_dir: str, steps: int, warmup: int) -> dict:
 
 
 def measure(
-    framework: str, setting: str, model_dir: str, steps: int, warmup: int, trl_optim: str | None = None
+    framework: str,
+    setting: str,
+    model_dir: str,
+    steps: int,
+    warmup: int,
+    trl_optim: str | None = None,
+    device: str = "cpu",
 ) -> dict:
     """One run's figures (in this process): step_s (median after warm-up), tokens_per_s, peak_rss_mib, ..."""
     if framework == "creditbench":
-        return measure_creditbench(
-            model_dir, steps, warmup, CREDITBENCH_BEST if setting == "best" else CREDITBENCH_MATCHED
-        )
+        settings = CREDITBENCH_BEST if setting == "best" else CREDITBENCH_MATCHED
+        return measure_creditbench(model_dir, steps, warmup, settings, device)
     if framework == "trl":
-        return measure_trl(model_dir, steps, warmup, setting, trl_optim)
+        return measure_trl(model_dir, steps, warmup, setting, trl_optim, device)
     if framework == "floor":
-        return measure_floor(model_dir, steps, warmup)
+        return measure_floor(model_dir, steps, warmup, device)
     raise ValueError(f"unknown framework {framework!r}")
