@@ -248,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                 uri,
             ]
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "CREDITBENCH_CACHE": str(Path(tmp) / "cache")}
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # its stderr shows as it runs
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if proc.returncode != 0 or line is None:
-                print(f"{engine}: failed (exit {proc.returncode})\n{proc.stderr[-3000:]}", file=sys.stderr)
+                print(f"{engine}: failed (exit {proc.returncode}; its output is above)", file=sys.stderr)
                 continue
             rows.append(summarize(json.loads(line[7:])))
             print(json.dumps(rows[-1]), flush=True)
