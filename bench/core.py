@@ -76,6 +76,18 @@ class RolloutBatch:
             out[f.name] = v
         return RolloutBatch(**out)
 
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        """The batch with its tensors on ``device`` (its ``extra`` a new dict)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Tensor):
+                v = v.to(device)
+            elif isinstance(v, dict):
+                v = {k: t.to(device) for k, t in v.items()}
+            out[f.name] = v
+        return RolloutBatch(**out)
+
     @staticmethod
     def concat(batches: list[RolloutBatch]) -> RolloutBatch:
         """Stack batches row-wise, right-padding per-token tensors to the longest ``T`` (prompts

@@ -41,7 +41,7 @@ from bench.engine.blame import (
 )
 from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_states, trainable_state
 from bench.engine.metrics import EvalEpoch, metric_key
-from bench.engine.probe import credit_map, find_probe, probe_from_state, probe_state
+from bench.engine.probe import credit_map, find_probe, moved_to, probe_from_state, probe_state
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, eval_due, reward_stats, rounds_left, train_rollouts
 from bench.engine.sharding import ShardPlan
@@ -304,9 +304,10 @@ class RLVRModule(L.LightningModule):
 
     # ------------------------------------------------------------------ credit probe (bench.engine.probe)
     def make_probe(self, rows: list[dict], seed: int = 1234) -> bool:
-        """Fix the group to show each method's credit on (see :func:`bench.engine.probe.find_probe`).
-        Returns whether one was found."""
-        with self._whole(self.policy, self.ref_policy):
+        """Fix the group to show each method's credit on (:func:`bench.engine.probe.find_probe`), on the
+        trainer's device (Lightning's ``validate`` leaves the module on the CPU). Returns whether one was found."""
+        device = self._trainer.strategy.root_device if self._trainer is not None and self.shard_plan is None else None
+        with moved_to(device, self.policy, self.ref_policy), self._whole(self.policy, self.ref_policy):
             found = find_probe(self.sampler, rows, self.rl, self._rng_devices(), seed)
             if found is not None:
                 self._probe = found

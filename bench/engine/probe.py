@@ -4,6 +4,7 @@ With the same base policy every method finds the same group, so their credit map
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -33,6 +34,23 @@ def find_probe(
     return None
 
 
+@contextlib.contextmanager
+def moved_to(device: torch.device | None, *models):
+    """``models`` (None skipped) on ``device`` for the block, then back where they were; None: as they are."""
+    models = [m for m in models if m is not None]
+    where = next(models[0].parameters()).device if models else None
+    if device is None or device == where:
+        yield
+        return
+    for m in models:
+        m.to(device)
+    try:
+        yield
+    finally:
+        for m in models:
+            m.to(where)
+
+
 def probe_state(probe: tuple[RolloutBatch, int] | None) -> tuple[dict[str, Any], int] | None:
     """The probe as a checkpoint holds it: the batch's fields (plain tensors and lists) and the row."""
     if probe is None:
@@ -53,7 +71,7 @@ def effective_credit(
     ``[B, T]`` (0 where the loss takes no token). The batch is its own batch: batch-wide statistics
     are its own in every process. What the method generates for it (``augment``, with a fixed seed)
     is not counted, and its rows come after ``batch``'s, whose indices stay valid."""
-    batch = dataclasses.replace(batch, extra=dict(batch.extra))
+    batch = batch.to(next(policy.parameters()).device)  # a probe restored from a checkpoint is on the CPU
     with local(), torch.inference_mode(False), torch.enable_grad():  # also inside a validation loop
         counters = sampler.samples, sampler.tokens
         with torch.random.fork_rng(devices=devices):

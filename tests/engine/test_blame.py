@@ -189,3 +189,56 @@ def test_the_credit_map_outlines_the_blame_token(tmp_path, monkeypatch):
     path = plot_credit_map("tiny-500k", cm, LineStyle({"credit_maps": {"tiny-500k": cm}}), tmp_path / "map.png")
     assert path is not None and path.stat().st_size > 0
     assert [round(x) for x, _ in outlined] == [1, 1], "token 1, once per method row"
+
+
+class _Placed(torch.nn.Module):
+    """A module that records where it is asked to go (a CUDA device cannot be reached here)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.moves: list[str] = []
+
+    def to(self, device):
+        self.moves.append(str(device))
+        return self
+
+
+def test_probes_are_made_on_the_trainers_device_and_scored_where_the_policy_is():
+    """Lightning's validate() leaves the module on the CPU before fit(): the probe is made on the
+    trainer's device and the policies go back after; a probe batch from a checkpoint (on the CPU)
+    follows the policy when it is scored."""
+    from bench.engine.probe import moved_to
+
+    policy, ref = _Placed(), _Placed()
+    with moved_to(torch.device("cuda", 0), policy, None, ref):
+        assert policy.moves == ref.moves == ["cuda:0"]
+    assert policy.moves == ref.moves == ["cuda:0", "cpu"]
+    for device in (None, torch.device("cpu")):  # no trainer, or already there: nothing moves
+        with moved_to(device, policy):
+            pass
+    assert policy.moves == ["cuda:0", "cpu"]
+    batch = _batch_for_devices()
+    moved = batch.to("cpu")
+    assert moved is not batch and moved.extra is not batch.extra
+    assert torch.equal(moved.completion_ids, batch.completion_ids) and torch.equal(moved.extra["w"], batch.extra["w"])
+    assert moved.prompts == batch.prompts and moved.max_new_tokens == batch.max_new_tokens
+
+
+def _batch_for_devices():
+    from bench.core import RolloutBatch
+
+    ids = torch.ones(2, 3, dtype=torch.long)
+    return RolloutBatch(
+        ids,
+        ids,
+        ids,
+        ids,
+        torch.tensor([0, 0]),
+        torch.zeros(2),
+        torch.zeros(2, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.bool),
+        3,
+        extra={"w": torch.ones(2)},
+        prompts=["a", "b"],
+    )
