@@ -65,9 +65,9 @@ from __future__ import annotations
 import math
 import os
 import signal
-import socket
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -78,6 +78,7 @@ from tasks.sandbox import child as sandbox_child
 from tasks.sandbox import probe as sandbox_probe
 from tasks.sandbox import process as sandbox_process
 from tasks.sandbox import seccomp as sandbox_seccomp
+from tasks.sandbox import spares as sandbox_spares
 from tasks.sandbox.server import GraderServer
 from tasks.sandbox.testcheck import check_test as check_test
 
@@ -162,6 +163,7 @@ class Sandbox:
         self._seccomp = sandbox_seccomp.program()
         self._lock = threading.Lock()
         self._grader: GraderServer | None = None
+        self._spares = sandbox_spares.Spares(workers, weakref.WeakMethod(self._start))
 
     def run(self, program: str, test: str, entry_point: str = "") -> ExecResult:
         """Run ``test`` against ``program``; ``entry_point`` names the function the tests call (it
@@ -198,46 +200,30 @@ class Sandbox:
                     grader = (lim.cpu_s, lim.memory_mb, lim.max_processes + 2 * self.workers, lim.max_file_mb)
                     grader += (sandbox_child.GRADER_UID,)  # one per job at a time, and the server
                     self._grader = GraderServer(grader, DISK_FILES * lim.max_file_mb, self._seccomp)
-        memory = (lim.memory_mb + DISK_FILES * lim.max_file_mb + sandbox_bounds.SLACK_MB) << 20
-        with sandbox_bounds.RunBounds(self._cgroups, memory, lim.max_processes + sandbox_bounds.OWN_PROCESSES) as run:
-            uid = sandbox_child.NOBODY if run.uid is None else run.uid
-            limits = (lim.cpu_s, lim.memory_mb, lim.max_processes + 2, lim.max_file_mb, uid)
-            return self._spawn_bounded(program, test, entry_point, start, limits, run)
+        started = self._spares.take() or self._start()
+        try:
+            return self._grade(started, program, test, entry_point, start)
+        finally:
+            started.run.close()
 
-    def _spawn_bounded(
-        self, program: str, test: str, entry_point: str, start: float, limits: tuple, run: sandbox_bounds.RunBounds
-    ) -> ExecResult:
-        lim = self.limits
-        ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    def _start(self, spawn=None) -> sandbox_spares.Started:
+        return sandbox_spares.start(
+            self.limits, self._cgroups, self._seccomp, DISK_FILES * self.limits.max_file_mb, spawn
+        )
+
+    def _grade(self, started: sandbox_spares.Started, program: str, test: str, entry_point: str, start: float):
+        lim, program_proc, init = self.limits, started.proc, started.init
         verdict_r, verdict_w = os.pipe()
         job_r, job_w = os.pipe()
-        program_proc, init = None, None
         try:
-            seccomp_fd = sandbox_bwrap.pipe_with(self._seccomp)
-            info_r, info_w = os.pipe()
-            try:
-                fds = (ends[1].fileno(),)
-                cmd = sandbox_bwrap.command(
-                    "sandbox_program.py", limits, DISK_FILES * lim.max_file_mb, seccomp_fd, fds, info_fd=info_w
-                )
-                program_proc = sandbox_process.popen(*run.wrap(cmd), (*fds, seccomp_fd, info_w))
-            finally:
-                os.close(seccomp_fd)
-                os.close(info_w)
-            try:
-                init = sandbox_process.namespace_init(info_r, program_proc.pid, start + lim.timeout_s)
-            finally:
-                os.close(info_r)
-            self._grader.submit(job_r, ends[0].fileno(), verdict_w, lim.cpu_s, math.ceil(lim.timeout_s))
+            self._grader.submit(job_r, started.channel.fileno(), verdict_w, lim.cpu_s, math.ceil(lim.timeout_s))
         except BaseException:
             for fd in (verdict_r, job_w):
                 os.close(fd)
-            if program_proc is not None:
-                sandbox_process.kill(program_proc, init)
+            sandbox_process.kill(program_proc, init)
             raise
         finally:
-            for end in ends:
-                end.close()
+            started.channel.close()
             os.close(verdict_w)
             os.close(job_r)
         # Each descriptor is closed exactly once: another thread may reuse a closed number at once.
@@ -252,11 +238,13 @@ class Sandbox:
             os.close(verdict_r)
             job_file.close()
             sandbox_process.kill(program_proc, init)
-        oom = run.oom_killed()
+        oom = started.run.oom_killed()
         return _classify(outcome, verdict, program_proc.returncode, lim, time.monotonic() - start, oom)
 
     def close(self) -> None:
-        """Stop the grader's server (it also stops when this process exits)."""
+        """Stop the grader's server and the sandboxes started ahead (they also stop when this process exits)."""
+        if getattr(self, "_spares", None) is not None:
+            self._spares.close()
         if self._grader is not None:
             self._grader.close()
 

@@ -17,8 +17,10 @@ READ_CHUNK = 1 << 16
 VERDICT_CAP = 4096
 
 
-def popen(cmd: list[str], env: dict[str, str], fds: tuple[int, ...]) -> subprocess.Popen:
-    return subprocess.Popen(
+def popen(cmd: list[str], env: dict[str, str], fds: tuple[int, ...], spawn=None) -> subprocess.Popen:
+    """Start a sandbox's bubblewrap with pipes for its stdin, stdout and stderr (``spawn``: what
+    calls Popen, by default this thread)."""
+    return (spawn or subprocess.Popen)(
         cmd,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

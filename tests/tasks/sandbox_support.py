@@ -11,6 +11,7 @@ import psutil
 
 from tasks.sandbox import ExecResult, Sandbox, SandboxLimits
 from tasks.sandbox.bounds import PREFIX, SLOT_UID_BASE, SLOTS, available
+from tasks.sandbox.spares import settle, waiting
 
 LIMITS = SandboxLimits(timeout_s=5, cpu_s=5, memory_mb=512)
 PASS_TEST = "assert f(2) == 3"
@@ -20,6 +21,8 @@ def sandbox_processes() -> set[int]:
     """Every process of a program (its run's uid, uid nobody, or its bubblewrap) and every grading child (uid
     65533 under a grader server); the servers themselves live as long as their Sandbox."""
     found, uids = set(), {}
+    settle()
+    spares, _ = waiting()  # started ahead, waiting for a program: the Sandbox's, not a leftover
     procs = list(psutil.process_iter(["cmdline", "uids", "ppid"]))
     for p in procs:
         try:
@@ -40,14 +43,36 @@ def sandbox_processes() -> set[int]:
                 found.add(p.pid)
         except (psutil.Error, TypeError):
             pass
-    return found
+    return {pid for pid in found if not _under(pid, spares)}
+
+
+def _under(pid: int, spares: set[int]) -> bool:
+    """``pid`` is a spare's bubblewrap or runs under one (its processes may start after it is listed)."""
+    try:
+        return pid in spares or any(p.pid in spares for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
+
+
+def describe(pids: set[int]) -> str:
+    """Each process's pid, uid, parent and command line (for a failing check)."""
+    out = []
+    for pid in sorted(pids):
+        try:
+            p = psutil.Process(pid)
+            out.append(f"{pid} (uid {p.uids().real}, parent {p.ppid()}, {p.status()}): {' '.join(p.cmdline())[:200]}")
+        except psutil.Error as exc:
+            out.append(f"{pid}: {type(exc).__name__}")
+    return "; ".join(out)
 
 
 def sandbox_dirs() -> set[str]:
-    """The sandbox's temporary directories and the runs' cgroups."""
+    """The sandbox's temporary directories and the runs' cgroups (not those of spares)."""
     found = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("creditbench-sandbox-")}
+    settle()
+    _, spare_cgroups = waiting()
     for h in available()[0]:
-        found |= {str(p) for p in h.directory.glob(f"{PREFIX}*")}
+        found |= {str(p) for p in h.directory.glob(f"{PREFIX}*")} - spare_cgroups
     return found
 
 
