@@ -10,7 +10,7 @@ mbpp         mbpp/sanitized-mbpp.json task_id 11-510 (257) /        the other 17
 
 A completion passes when the dataset's tests run to the end against it in :mod:`tasks.sandbox`:
 the program runs contained by the kernel (bubblewrap: namespaces, a read-only filesystem, a
-private tmpfs, uid nobody, seccomp, rlimits, a wall-clock timeout), and the tests run in a
+private tmpfs, a uid and a cgroup of each run's own, seccomp, rlimits, a wall-clock timeout), and the tests run in a
 separate trusted process that calls the program's functions and gets back plain data, so no
 program can make its own tests pass. HumanEval's prompt helpers that its tests call (e.g.
 ``encode_cyclic``) run with the tests, not as the model's code. A row whose test code asks for
