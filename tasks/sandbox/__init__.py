@@ -74,7 +74,6 @@ from dataclasses import dataclass
 from bench.core import check
 from tasks.sandbox import bounds as sandbox_bounds
 from tasks.sandbox import bwrap as sandbox_bwrap
-from tasks.sandbox import child as sandbox_child
 from tasks.sandbox import probe as sandbox_probe
 from tasks.sandbox import process as sandbox_process
 from tasks.sandbox import seccomp as sandbox_seccomp
@@ -197,8 +196,8 @@ class Sandbox:
         if self._grader is None:
             with self._lock:
                 if self._grader is None:
+                    # the server and one child per job at a time, as the server's own uid
                     grader = (lim.cpu_s, lim.memory_mb, lim.max_processes + 2 * self.workers, lim.max_file_mb)
-                    grader += (sandbox_child.GRADER_UID,)  # one per job at a time, and the server
                     self._grader = GraderServer(grader, DISK_FILES * lim.max_file_mb, self._seccomp)
         started = self._spares.take() or self._start()
         try:

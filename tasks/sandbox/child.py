@@ -11,8 +11,10 @@ import resource
 import sys
 
 NOBODY = 65534  # the program's uid when started as root
-GRADER_UID = 65533  # the grader's: a different uid, so the program's processes cannot signal it or
-# use up its RLIMIT_NPROC (which counts processes per uid)
+# The grader's uid when not started as root (as root each grader's server takes a uid of its own,
+# like a run): not the program's, so the program's processes cannot signal it or use up its
+# RLIMIT_NPROC (which counts processes per uid)
+GRADER_UID = 65533
 CHANNEL_FD = 3  # program <-> grader (a socket; only plain data crosses it)
 VERDICT_FD = 4  # grader -> the parent (a pipe; the program has no way to reach it)
 

@@ -1,14 +1,14 @@
 """The trusted side of :mod:`tasks.sandbox`: run the tests against a proxy of the program.
 
-:func:`serve` runs once per sandbox in its own bubblewrap sandbox, as uid 65533; it forks a child per
-job (see there), whose fd 3 is the channel to that job's program and fd 4 the verdict pipe to the
-parent. No program code ever runs in these processes: the names the tests take from the program
-are proxies that send their arguments over the channel, and what comes back is decoded by
-:func:`sandbox_wire.decode` into this process's own values. A builtin name is never taken
-from the program, unless it is the entry point the task names (MBPP has a task whose function is
-called ``sum``). A name the program binds to a module is bound to this process's own import of
-that standard-library module only when the test's code itself mentions the module's top-level
-package name (``import math`` in the program, ``math.isclose`` in the test), never for a
+:func:`serve` runs once per sandbox in its own bubblewrap sandbox, as a uid of its own (65533 when
+not root); it forks a child per job (see there), whose fd 3 is the channel to that job's program and
+fd 4 the verdict pipe to the parent. No program code ever runs in these processes: the names the
+tests take from the program are proxies that send their arguments over the channel, and what comes
+back is decoded by :func:`sandbox_wire.decode` into this process's own values. A builtin name is
+never taken from the program, unless it is the entry point the task names (MBPP has a task whose
+function is called ``sum``). A name the program binds to a module is bound to this process's own
+import of that standard-library module only when the test's code itself mentions the module's
+top-level package name (``import math`` in the program, ``math.isclose`` in the test), never for a
 ``__main__`` module or one of :data:`NEVER_IMPORTED` (whose import has effects: opening a browser,
 running a test suite); otherwise the name stays unbound and the test fails with a NameError. So a
 program cannot make the grader import a module of its choosing (``import venv.__main__ as check``
@@ -304,7 +304,7 @@ def serve() -> None:
     (fd 3) as ``CPU_S TIMEOUT_S`` with three descriptors: the job pipe (entry point and test code),
     the channel to that job's program and the verdict pipe. A forked child grades it under its own
     CPU limit and alarm, so jobs share no state; the server itself runs no test code."""
-    child.start(child.GRADER_UID)
+    child.start()  # as the server's own uid (argv): no program's, nor another server's
     control = socket.socket(fileno=child.CHANNEL_FD)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     while True:

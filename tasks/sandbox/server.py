@@ -14,6 +14,8 @@ import subprocess
 import threading
 
 from tasks.sandbox import bwrap as sandbox_bwrap
+from tasks.sandbox.bounds import take_uid
+from tasks.sandbox.child import GRADER_UID
 
 
 class _Starter:
@@ -60,6 +62,7 @@ class GraderServer:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
         self.control: socket.socket | None = None
+        self.slot: int | None = None  # the flock holding the server's uid
 
     def submit(self, job_fd: int, channel_fd: int, verdict_fd: int, cpu_s: int, timeout_s: int) -> None:
         """Hand one job to the server (restarting it once if it has died). The descriptors stay
@@ -83,9 +86,13 @@ class GraderServer:
 
     def _start(self) -> None:
         self._stop()
+        if os.geteuid() == 0:  # a uid of its own, so that servers of other Sandboxes share no process count
+            uid, self.slot = take_uid()
+        else:
+            uid, self.slot = GRADER_UID, None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         r = sandbox_bwrap.pipe_with(self.seccomp)
-        cpu_unlimited = (0, *self.limits[1:])
+        cpu_unlimited = (0, *self.limits[1:4], uid)
         cmd = sandbox_bwrap.command("sandbox_grader.py", cpu_unlimited, self.disk_mb, r, (theirs.fileno(),), "serve")
         try:
             self.proc = starter().popen(
@@ -117,3 +124,6 @@ class GraderServer:
             except subprocess.TimeoutExpired:
                 pass
             self.proc = None
+        if self.slot is not None:
+            os.close(self.slot)
+            self.slot = None

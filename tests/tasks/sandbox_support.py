@@ -34,6 +34,8 @@ def sandbox_processes() -> set[int]:
             cmd = " ".join(p.info["cmdline"] or [])
             uid = uids.get(p.pid)
             own_uid = uid is not None and SLOT_UID_BASE <= uid < SLOT_UID_BASE + SLOTS  # a run's own uid
+            if own_uid and "sandbox_grader" in cmd and uids.get(p.info["ppid"]) == 0:
+                continue  # a grader's server (under bubblewrap's root process): it lives as long as its Sandbox
             if (
                 uid == 65534
                 or own_uid

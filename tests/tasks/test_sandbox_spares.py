@@ -34,7 +34,9 @@ def test_runs_take_spares_and_closing_ends_them(sandbox):
     assert sandbox.run(PROGRAM, TEST).passed
     second = ready(sandbox)
     assert len(second) == 2 and len(set(first) & set(second)) == 1  # one was taken, one started
-    cgroups = spares.waiting()[1]
+    with sandbox._spares.lock:
+        cgroups = [path for spare in sandbox._spares.ready for _, path in spare.run.cgroups]
+    assert len(cgroups) == 2 * len(second) or not cgroups  # none where cgroups cannot be made
     sandbox.close()
     assert not ready(sandbox)
     for pid in second:
