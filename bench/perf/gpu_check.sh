@@ -44,6 +44,10 @@ finish() {
 trap finish EXIT
 START=$SECONDS
 say() { echo "[gpu_check $((SECONDS - START))s] $*"; }
+CHECKS="pytest_gpu step_bf16 step_fp32 scale trl train_chain"
+for name in ${GPU_CHECK_ONLY:-}; do
+  [[ " $CHECKS " == *" $name "* ]] || { say "GPU_CHECK_ONLY: unknown check '$name'; valid: $CHECKS"; exit 2; }
+done
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if compgen -G ".whl/*.whl" > /dev/null; then

@@ -43,7 +43,6 @@ NEVER_IMPORTED = frozenset(
     {"antigravity", "this", "idlelib", "turtle", "turtledemo", "tkinter", "__hello__", "__phello__", "test", "lib2to3"}
 )
 MAX_CLASSES = 64  # classes build() makes in one job
-FACTORIES = "int float complex str bytes bytearray bool list tuple set frozenset dict".split()  # defaultdict's
 BASES = {("builtins", n) for n in ("int", "float", "complex", "str", "bytes", "bytearray", "tuple", "list")}
 BASES |= {("builtins", n) for n in ("set", "frozenset", "dict")} | {("array", "array"), ("fractions", "Fraction")}
 BASES |= {("collections", n) for n in ("deque", "Counter", "OrderedDict", "defaultdict", "ChainMap", "UserList")}
@@ -174,7 +173,7 @@ def _build(kind: str, parts: list):  # noqa: C901, PLR0911, PLR0912 - one branch
     if kind == "dict_values" and type(one) is list:
         return dict(enumerate(one)).values()
     if kind == "defaultdict" and len(parts) == 2 and type(parts[1]) is dict:
-        factory = getattr(builtins, parts[0]) if type(parts[0]) is str and parts[0] in FACTORIES else None
+        factory = getattr(builtins, parts[0]) if type(parts[0]) is str and parts[0] in wire.FACTORIES else None
         return collections.defaultdict(factory, parts[1])
     if (kind, type(one)) in (("UserList", list), ("UserString", str)):
         return getattr(collections, kind)(one)

@@ -43,7 +43,6 @@ COPY |= {"bytes": lambda v: bytes.__getitem__(v, slice(None)), "bytearray": byte
 COPY |= {"tuple": lambda v: tuple(tuple.__iter__(v)), "list": lambda v: list(list.__iter__(v))}
 COPY |= {"set": lambda v: set(set.__iter__(v)), "frozenset": lambda v: frozenset(frozenset.__iter__(v))}
 COPY |= {"dict": lambda v: dict(dict.items(v))}
-FACTORIES = "int float complex str bytes bytearray bool list tuple set frozenset dict".split()  # defaultdict's
 WATCHED = (list, dict, set, bytearray)  # and deque: arguments whose changes go back to the grader
 
 
@@ -99,7 +98,7 @@ def _parts(kind: str, value):  # noqa: PLR0911 - one return per kind
         return kind, [dict(value.items())]
     if kind == "defaultdict":
         factory = getattr(value.default_factory, "__name__", None)
-        known = factory in FACTORIES and value.default_factory is getattr(builtins, factory)
+        known = factory in wire.FACTORIES and value.default_factory is getattr(builtins, factory)
         return kind, [factory if known else None, dict(dict.items(value))]
     if kind in ("UserList", "UserString"):
         return kind, [list(value.data) if kind == "UserList" else str(value.data)]

@@ -37,6 +37,8 @@ MAX_DEPTH = 64  # nesting of containers
 MAX_ITEMS = 1 << 20  # values in one frame
 MAX_COLLISIONS = 32  # dict keys or set items of one value that may share a hash value
 ITERATOR_LIMIT = 100_000  # items taken from a returned iterator before giving up
+# the default factories a defaultdict keeps on the wire (builtins, named; any other arrives as None)
+FACTORIES = frozenset("int float complex str bytes bytearray bool list tuple set frozenset dict".split())
 _LEN = struct.Struct(">I")
 _HANDLE = struct.Struct(">Q")
 # The program's side keeps each value it sent as opaque, so that the tests can pass it back as an
