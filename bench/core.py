@@ -218,6 +218,11 @@ class Task:
     def prompt(self, row: dict[str, Any], tokenizer=None) -> str:
         raise NotImplementedError
 
+    def reference(self, row: dict[str, Any]) -> str | None:
+        """The row's one right completion, where the task has exactly one (then the probability of it is
+        the exact objective J, :mod:`bench.engine.exact`); None where many completions are right."""
+        return None
+
     def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
         """One Outcome per completion. ``details=False`` (training rollouts) may skip what only
         reports need, e.g. the flexible extraction; reward and correctness must not change."""

@@ -119,6 +119,10 @@ class Arithmetic(Task):
         text = TEMPLATES[self.config.template].format(question=row["question"])
         return chat_prompt(text, tokenizer) if self.config.template == "instruct" else text
 
+    def reference(self, row: dict[str, Any]) -> str | None:
+        """The scratchpad in the compact template; free-form reasoning has many right completions."""
+        return row["solution"] if self.config.template == "compact" else None
+
     def verify(self, completions: list[str], rows: list[dict[str, Any]], details: bool = True) -> list[Outcome]:
         outcomes = self.grader(completions, [r["answer"] for r in rows], flexible=details)
         if self.config.template != "compact":  # free-form reasoning: no reference to depart from

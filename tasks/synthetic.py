@@ -107,6 +107,9 @@ class SyntheticTask(Task):
         text = TEMPLATES[self.config.template].format(question=row["question"], instruction=instruction)
         return chat_prompt(text, tokenizer) if self.config.template == "instruct" else text
 
+    def reference(self, row: dict[str, Any]) -> str:
+        return row["solution"]
+
     def reward(self, parsed: str | None, answer: str) -> float:
         """Reward of an answer; all-or-nothing unless a task offers partial credit as an option."""
         return float(parsed == answer)

@@ -87,7 +87,7 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
         ckpt_dir = run_dir(cfg, r.run_name)
         ensure_writable(ckpt_dir)
     clock.lap("setup")
-    policy, tokenizer, ref, params, base = _policy(cfg, r, progress)
+    policy, tokenizer, ref, params, base = base_policy(cfg, r, progress)
     clock.lap("base")
     zero = rank_zero_only.rank == 0  # Lightning starts the other processes (DDP) later, in the first trainer call
     resume_id, ckpt = None, None
@@ -118,7 +118,7 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     )  # fmt: skip
 
 
-def _policy(cfg: RunConfig, r: Resolved, progress: bool):
+def base_policy(cfg: RunConfig, r: Resolved, progress: bool = False):
     """(policy, tokenizer, reference policy or None, the base's parameter count, the warm-started base
     checkpoint or None): the base loaded (warm-started first for a tiny model), prepared for training."""
     import lightning as L

@@ -1,0 +1,170 @@
+"""What a credit probe measures: its options, its arms (a sweep label at a learning rate) and the pairs it
+compares, built from a sweep spec (its labels, credit controls, run configuration and tuned rates)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.config import RunConfig
+from bench.core import check
+from bench.errors import CreditBenchError
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    batches: int = 40
+    """Rollout batches per checkpoint (every arm updates on each)."""
+    phases: tuple[float, ...] = (0.0, 0.5, 1.0)
+    """Where the checkpoints sit along the reference trajectory, as fractions of the sweep's sample budget
+    (0: the base policy with a fresh AdamW; f: after the first RL step that reaches f x budget)."""
+    reference_seeds: tuple[int, ...] = (0,)
+    """Seeds of the reference trajectories (each gives one checkpoint per phase)."""
+    reference: str = "control"
+    """Whose trajectory the checkpoints come from: ``control`` (each pair's own control, its twin, at its
+    tuned rate; batches are then shared within a pair), or a label of the sweep (one trajectory for every
+    pair, and one batch shared by every arm that draws the same rollouts)."""
+    lrs: tuple[float, ...] = (1e-4, 2e-4)
+    """Common learning rates: every arm updates at each (besides its tuned rate, when the sweep has one)."""
+    placebo: bool = False
+    """Also update each method's placebo, where the sweep lists one."""
+    segment_steps: int = 0
+    """K > 0: paired segments of K updates per arm with common random numbers (bench.paired.segment)."""
+    segment_batches: int = 0
+    """Segments per checkpoint (each from its own seed)."""
+    eval_problems: int | None = None
+    """Problems J is scored on (the first of the eval split; default: the sweep's eval.num_problems)."""
+    seed: int = 0
+    """Seed of the probe's batches (rows and sampling), disjoint from every run's streams by construction."""
+
+    def __post_init__(self) -> None:
+        check(self.batches >= 2, f"batches must be >= 2 (an interval needs two), got {self.batches}")
+        check(
+            bool(self.phases) and all(0.0 <= f <= 1.0 for f in self.phases),
+            f"phases must be fractions of the budget in [0, 1], got {list(self.phases)}",
+        )
+        check(bool(self.reference_seeds), "reference_seeds must list at least one seed")
+        check(all(x > 0 for x in self.lrs), f"lrs must be learning rates > 0, got {list(self.lrs)}")
+        check(self.segment_steps >= 0 and self.segment_batches >= 0, "segment_steps and segment_batches must be >= 0")
+        check(
+            (self.segment_steps > 0) == (self.segment_batches > 0),
+            "segment_steps and segment_batches go together (both > 0, or both 0)",
+        )
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One label of the sweep updating at one learning rate."""
+
+    label: str
+    lr: float
+    cfg: RunConfig  # the label's run configuration (its first task, model and seed), rl.lr = lr
+
+    @property
+    def key(self) -> str:
+        return f"{self.label}@{self.lr:g}"
+
+
+@dataclass(frozen=True)
+class Pair:
+    method: str  # the credit method's label
+    control: str  # its twin's or placebo's label
+    kind: str  # "twin" | "placebo"
+
+
+@dataclass
+class Plan:
+    """A probe's arms and pairs: ``labels`` (label -> run config at its tuned rate), the pairs, the
+    rates every arm updates at (``rates[label]``: the common grid and its tuned rate), each pair's
+    reference label."""
+
+    sweep: str
+    labels: dict[str, RunConfig]
+    pairs: list[Pair]
+    rates: dict[str, list[float]]
+    tuned: dict[str, float]
+    references: dict[str, str]  # pair method label -> the label whose trajectory gives its checkpoints
+    options: ProbeOptions
+    budget: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def arms(self, labels: list[str]) -> list[Arm]:
+        """Every arm of ``labels``, in order."""
+        out = []
+        for label in labels:
+            cfg = self.labels[label]
+            out += [Arm(label, lr, _with_lr(cfg, lr)) for lr in self.rates[label]]
+        return out
+
+    def groups(self) -> list[tuple[str, list[str]]]:
+        """(reference label, the labels whose arms update from its checkpoints): one group per
+        reference trajectory."""
+        out: dict[str, list[str]] = {}
+        for p in self.pairs:
+            labels = out.setdefault(self.references[p.method], [])
+            labels += [x for x in (p.method, p.control) if x not in labels]
+        return list(out.items())
+
+
+def _with_lr(cfg: RunConfig, lr: float) -> RunConfig:
+    """``cfg`` updating at the constant rate ``lr`` (a probe's updates sit at one point of no schedule)."""
+    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, lr=lr, schedule="constant", warmup_steps=0))
+
+
+def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | Path = "results") -> Plan:
+    """The probe of the sweep at ``spec_path``: each credit method (``analysis.credit_controls``) against
+    its twin (and placebo), every label at the common rates and at its tuned one."""
+    from bench.run.sweep import load_spec
+
+    sweep = load_spec(spec_path, results_dir)
+    spec = sweep.spec
+    controls = spec.analysis.credit_controls
+    if not controls:
+        raise CreditBenchError(
+            f"sweep {spec.name!r} lists no credit controls: the probe compares each credit method with its "
+            "twin; add credit_controls: [twin] to the spec"
+        )
+    first: dict[str, RunConfig] = {}
+    for run in sweep.runs:  # the first task, model and seed of each label
+        first.setdefault(run.label, run.cfg)
+    pairs = []
+    for method, ctrls in controls.items():
+        for c in ctrls:
+            kind = "placebo" if first[c].method.placebo else "twin"
+            if kind == "twin" or options.placebo:
+                pairs.append(Pair(method, c, kind))
+    budget = spec.budget.as_dict().get("samples", 0)
+    check(budget > 0, "the credit probe needs a sweep with a sample budget (budget: {samples: N})")
+    tuned_file = Path(results_dir) / spec.name / "tuning.json"
+    tuned = {label: cfg.rl.lr for label, cfg in first.items()} if spec.tune and tuned_file.is_file() else {}
+    labels = {x: first[x] for p in pairs for x in (p.method, p.control)}
+    rates = {x: sorted({*options.lrs, *([tuned[x]] if x in tuned else [])}) for x in labels}
+    twin_of = {p.method: p.control for p in pairs if p.kind == "twin"}
+    if options.reference == "control":
+        references = {p.method: twin_of.get(p.method, p.control) for p in pairs}
+    else:
+        if options.reference not in first:
+            raise CreditBenchError(
+                f"reference {options.reference!r} is not a label of sweep {spec.name!r}; valid: control, "
+                + ", ".join(first)
+            )
+        labels[options.reference] = first[options.reference]
+        references = {p.method: options.reference for p in pairs}
+    notes = [] if tuned else [f"no tuned rates (results/{spec.name}/tuning.json): the common rates only"]
+    return Plan(spec.name, labels, pairs, rates, tuned, references, options, budget, notes)
+
+
+def describe(plan: Plan) -> dict[str, Any]:
+    """The plan as the probe's output records it."""
+    return {
+        "sweep": plan.sweep,
+        "pairs": [dataclasses.asdict(p) for p in plan.pairs],
+        "rates": plan.rates,
+        "tuned": plan.tuned,
+        "references": plan.references,
+        "options": dataclasses.asdict(plan.options),
+        "budget_samples": plan.budget,
+        "notes": plan.notes,
+    }

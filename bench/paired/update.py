@@ -1,0 +1,157 @@
+"""One checkpoint's paired updates: every arm takes one RL step's update from the checkpoint's weights and
+AdamW state on exactly the same rollout batch, and J is scored after each.
+
+The pairing, held by ``tests/paired/test_update.py``: the arms' batches come from one shared sampler
+(the same prompts, samples, rewards), each arm's augment and update run with the same seeds (the same
+minibatch order and draws), and :func:`check_pairing` refuses a batch on which a pair's arms trained on
+different samples. A method against itself, or a twin against a copy of itself, differs by exactly 0.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.config import RunConfig
+from bench.core import Method, RolloutBatch
+from bench.engine.exact import exact_objective, objective_gradient, references
+from bench.engine.scoring import REFERENCE_NEEDS, score_batch
+from bench.engine.step import Optimization, make_optimizer, update
+from bench.errors import CreditBenchError
+from bench.paired.batches import RowStream, SeededSampler, fingerprint, seeded, stream_seed
+from bench.paired.plan import Arm, Pair
+from bench.paired.reference import Checkpoint
+
+
+@dataclass
+class Workspace:
+    """What the paired updates from one checkpoint share: the checkpoint's policy (sampled from, never
+    trained), a scratch copy that each arm trains in turn, the reference policy where a method needs
+    one, the arms' methods, J's references and J and its gradient at the checkpoint."""
+
+    checkpoint: Checkpoint
+    policy: Any
+    scratch: Any
+    ref_policy: Any
+    tokenizer: Any
+    task: Any
+    methods: dict[str, Method]
+    train_rows: Any
+    refs: Any
+    temperature: float
+    j0: float
+    grad: list[torch.Tensor]
+    probe_seed: int
+
+    @classmethod
+    def build(cls, cfg: RunConfig, checkpoint: Checkpoint, arms: list[Arm], problems: int, probe_seed: int):
+        """From ``cfg`` (the reference's run configuration: base, task, eval split) and the checkpoint."""
+        from bench.engine.data import load_split
+        from bench.run.resolve import resolve
+        from bench.run.train import base_policy
+
+        r = resolve(cfg)
+        methods = {arm.key: resolve(arm.cfg).method for arm in arms}
+        policy, tokenizer, ref, _, _ = base_policy(cfg, r)
+        if ref is None and any(m.required & REFERENCE_NEEDS for m in methods.values()):
+            ref = copy.deepcopy(policy).requires_grad_(False).eval()  # the base, as a run's reference
+        policy.load_state_dict(checkpoint.weights)
+        eval_rows = load_split(r.task, "eval")
+        rows = [eval_rows[i] for i in range(min(problems, len(eval_rows)))]
+        refs = references(r.task, rows, tokenizer)
+        temperature = cfg.eval.sampling.temperature or 1.0
+        j0, _ = exact_objective(policy, refs, temperature)
+        grad = objective_gradient(policy, refs, temperature)
+        return cls(checkpoint, policy, copy.deepcopy(policy), ref, tokenizer, r.task, methods,
+                   load_split(r.task, "train"), refs, temperature, j0, grad, probe_seed)  # fmt: skip
+
+    def seed(self, *parts: object) -> int:
+        return stream_seed(self.probe_seed, self.checkpoint.name, *parts)
+
+    def sampler(self, policy, cfg: RunConfig, seed: int, shared: bool) -> SeededSampler:
+        return SeededSampler(policy, self.tokenizer, self.task, cfg.rl.sampling, seed, shared)
+
+    def reset(self) -> None:
+        """The scratch policy back at the checkpoint's weights."""
+        self.scratch.load_state_dict(self.policy.state_dict())
+
+    def optimization(self, arm: Arm) -> Optimization:
+        """AdamW over the scratch policy with the checkpoint's state (none at the base), at ``arm``'s rate."""
+        opt, schedule = make_optimizer(self.scratch, arm.cfg.rl)
+        if self.checkpoint.optimizer is not None:
+            opt.load_state_dict(copy.deepcopy(self.checkpoint.optimizer))
+        for group in opt.param_groups:  # the trajectory's rate is in its saved state: the arm's replaces it
+            group["lr"] = group["initial_lr"] = arm.lr
+        return Optimization(opt, schedule)
+
+    def alignment(self, before: list[torch.Tensor]) -> dict[str, float]:
+        """How the scratch policy's change from ``before`` aligns with grad J at the checkpoint: the
+        first-order improvement grad J . d theta (in points of J), its cosine and |d theta|."""
+        after = [p.detach() for p in self.scratch.parameters() if p.requires_grad]
+        dot = sum(float((g.double() * (a - b).double()).sum()) for g, a, b in zip(self.grad, after, before))
+        step = sum(float(((a - b).double() ** 2).sum()) for a, b in zip(after, before)) ** 0.5
+        gnorm = sum(float((g.double() ** 2).sum()) for g in self.grad) ** 0.5
+        return {"first_order": 100 * dot, "cos": dot / (step * gnorm) if step and gnorm else 0.0, "step_norm": step}
+
+
+def rl_step(ws: Workspace, arm: Arm, batch: RolloutBatch, opt: Optimization, seed: int) -> dict[str, float]:
+    """Score ``batch`` for ``arm``'s method and apply its update to the scratch policy, seeded."""
+    method, rl = ws.methods[arm.key], arm.cfg.rl
+
+    def step():
+        scored = score_batch(ws.scratch, ws.ref_policy, method, batch, rl=rl)
+        return update(ws.scratch, method, batch, rl, opt=opt, scored=scored)
+
+    return seeded(step, seed)
+
+
+def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> RolloutBatch:
+    """``arm``'s training batch from ``sampler``: the prompts of the stream ``seed``, refilled from it where
+    the method drops groups, then what the method adds (``augment``, seeded)."""
+    from bench.engine.sampling import train_rollouts
+
+    method, rl = ws.methods[arm.key], arm.cfg.rl
+    stream = RowStream(ws.train_rows, stream_seed(seed, "rows"))
+    drawn = train_rollouts(sampler, method, stream.refill(rl.prompts_per_step), rl, stream.refill)
+    return seeded(lambda: method.augment(drawn.batch, sampler), stream_seed(seed, "augment"))
+
+
+def paired_batch(ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair]) -> list[dict[str, Any]]:
+    """Batch ``index`` of the checkpoint: one update per arm from the checkpoint on the shared batch; one
+    record per arm."""
+    seed = ws.seed("batch", index)
+    sampler = ws.sampler(ws.policy, arms[0].cfg, seed, shared=True)
+    before = [p.detach().clone() for p in ws.policy.parameters() if p.requires_grad]
+    out = []
+    for arm in arms:
+        batch = draw(ws, arm, sampler, seed)
+        ws.reset()
+        stats = rl_step(ws, arm, batch, ws.optimization(arm), stream_seed(seed, "update"))
+        j1, _ = exact_objective(ws.scratch, ws.refs, ws.temperature)
+        out.append(
+            {**ws.checkpoint.info(), "batch": index, "label": arm.label, "lr": arm.lr, "j_before": ws.j0,
+             "j_after": j1, "dj": 100 * (j1 - ws.j0), **ws.alignment(before), "samples": batch.size,
+             "loss": stats.get("loss/total"), "skipped": stats["train/skipped_updates"],
+             "fingerprint": fingerprint(batch)}  # fmt: skip
+        )
+    check_pairing(out, pairs)
+    return out
+
+
+def check_pairing(records: list[dict[str, Any]], pairs: list[Pair]) -> None:
+    """Refuse a batch on which the arms of a pair trained on different samples: their difference would
+    carry the batch's noise, not only the credit's effect."""
+    seen: dict[str, set[str]] = {}
+    for r in records:
+        seen.setdefault(r["label"], set()).add(r["fingerprint"])
+    for p in pairs:
+        prints = seen.get(p.method, set()) | seen.get(p.control, set())
+        if len(prints) > 1:
+            raise CreditBenchError(
+                f"the pairing is broken: {p.method} and {p.control} trained on different batches at "
+                f"{records[0]['reference']} seed {records[0]['seed']} phase {records[0]['phase']} batch "
+                f"{records[0]['batch']} (fingerprints {sorted(prints)})"
+            )
