@@ -27,7 +27,17 @@ API = {
     "bench.distributed",
     "bench.tasks_base",
 }
-LAYERS = ["api", "bench.config", "bench.models", "bench.engine", "bench.run", "bench.report", "bench.perf", "bench.cli"]
+LAYERS = [
+    "api",
+    "bench.config",
+    "bench.models",
+    "bench.engine",
+    "bench.run",
+    "bench.paired",
+    "bench.report",
+    "bench.perf",
+    "bench.cli",
+]
 MAX_LINES = 400
 
 

@@ -7,6 +7,7 @@ creditbench summarize --sweep NAME                         (re)write results/<NA
 creditbench table --paper NAME [--sweep NAME ...]          a paper's numbers beside this suite's
 creditbench table --sweep NAME [--format md|csv|tex|all]   a sweep's comparisons as comparisons.{md,csv,tex}
 creditbench curves --sweep NAME --labels A B --task T      overlay labels' pass@1 curves (PNG)
+creditbench credit-probe SPEC.yaml [--batches N --lrs A,B --jobs N --dry_run]   credit per update: paired updates
 creditbench methods | tasks [NAME]                         list the registries, or one entry's options
 creditbench ui [--port 5000]                               MLflow UI on 127.0.0.1
 creditbench server [--host H --port 5000] | --stop         shared MLflow tracking server (PostgreSQL)
@@ -252,6 +253,7 @@ COMMANDS = {
     "summarize": "report of a sweep",
     "table": "a sweep's comparisons, or a paper's numbers beside this suite's",
     "curves": "overlay labels' learning curves",
+    "credit-probe": "credit per update: each credit method vs its twin on the same batch, scored on J",
     "methods": "list methods",
     "tasks": "list tasks",
     "ui": "MLflow UI on 127.0.0.1",
@@ -307,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_sweep(rest)
         if cmd == "bases":
             return cmd_bases(rest)
+        if cmd == "credit-probe":
+            from bench.cli.probe import main as cmd_probe
+
+            return cmd_probe(rest)
         if cmd == "table":
             return cmd_table(rest)
         if cmd == "curves":

@@ -132,10 +132,20 @@ def paired_batch(ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair]) 
         stats = rl_step(ws, arm, batch, ws.optimization(arm), stream_seed(seed, "update"))
         j1, _ = exact_objective(ws.scratch, ws.refs, ws.temperature)
         out.append(
-            {**ws.checkpoint.info(), "batch": index, "label": arm.label, "lr": arm.lr, "j_before": ws.j0,
-             "j_after": j1, "dj": 100 * (j1 - ws.j0), **ws.alignment(before), "samples": batch.size,
-             "loss": stats.get("loss/total"), "skipped": stats["train/skipped_updates"],
-             "fingerprint": fingerprint(batch)}  # fmt: skip
+            {
+                **ws.checkpoint.info(),
+                "batch": index,
+                "label": arm.label,
+                "lr": arm.lr,
+                "j_before": ws.j0,
+                "j_after": j1,
+                "dj": 100 * (j1 - ws.j0),
+                **ws.alignment(before),
+                "samples": batch.size,
+                "loss": stats.get("loss/total"),
+                "skipped": stats["train/skipped_updates"],
+                "fingerprint": fingerprint(batch),
+            }
         )
     check_pairing(out, pairs)
     return out

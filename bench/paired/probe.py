@@ -1,0 +1,157 @@
+"""``creditbench credit-probe``: the whole probe of a sweep -- its reference trajectories, then every
+checkpoint's paired updates (and segments) in ``jobs`` worker processes -- and its raw records, kept
+whole in results/probes/<sweep>/updates.json so the analysis (bench.report.per_update) can be redone."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.paired.plan import Plan, describe
+
+PACE_S = {"trajectory_step": 0.65, "update": 0.5, "segment_update": 0.75}
+"""Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured; the dry
+run scales them by the model's parameters."""
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n or 1)
+
+
+def _trajectory(args: tuple) -> list:
+    from bench.paired.reference import trajectory
+
+    label, cfg, seed, phases, budget = args
+    _threads(cfg.threads)
+    return trajectory(label, cfg, seed, list(phases), budget)
+
+
+_WORKSPACE: dict[str, Any] = {}  # a worker's workspace of the checkpoint it last worked on
+
+
+def _work(task: dict[str, Any]) -> list[dict[str, Any]]:
+    from bench.engine.data import keep_generated_splits
+    from bench.paired.segment import segment
+    from bench.paired.update import Workspace, paired_batch
+
+    keep_generated_splits(True)  # the train split is generated once per process
+    cfg, ckpt, arms = task["cfg"], task["checkpoint"], task["arms"]
+    _threads(cfg.threads)
+    if ckpt.name not in _WORKSPACE:
+        _WORKSPACE.clear()
+        _WORKSPACE[ckpt.name] = Workspace.build(cfg, ckpt, arms, task["problems"], task["seed"])
+    ws = _WORKSPACE[ckpt.name]
+    if task["kind"] == "segment":
+        return [r for i in task["indices"] for r in segment(ws, arms, i, task["steps"])]
+    return [r for i in task["indices"] for r in paired_batch(ws, arms, i, task["pairs"])]
+
+
+def _map(fn: Callable, items: list, jobs: int) -> list:
+    if jobs <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    import multiprocessing
+
+    with ProcessPoolExecutor(min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fn, items))
+
+
+def _chunks(n: int, parts: int) -> list[list[int]]:
+    return [c for c in (list(range(n))[i::parts] for i in range(parts)) if c]
+
+
+def tasks(plan: Plan, checkpoints: dict[str, list], jobs: int) -> list[dict[str, Any]]:
+    """The work after the trajectories: per checkpoint, its batches (and segments) in ``jobs`` chunks."""
+    o, out = plan.options, []
+    problems = o.eval_problems or next(iter(plan.labels.values())).eval.num_problems
+    for ref, labels in plan.groups():
+        arms = plan.arms(labels)
+        pairs = [p for p in plan.pairs if plan.references[p.method] == ref]
+        for ckpt in checkpoints[ref]:
+            common = {"cfg": plan.labels[ref], "checkpoint": ckpt, "arms": arms, "problems": problems,
+                      "seed": o.seed, "pairs": pairs}  # fmt: skip
+            out += [{**common, "kind": "batch", "indices": c} for c in _chunks(o.batches, jobs)]
+            out += [
+                {**common, "kind": "segment", "indices": c, "steps": o.segment_steps}
+                for c in _chunks(o.segment_batches, jobs)
+            ]
+    return out
+
+
+def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the probe; its raw output (plan, checkpoints, one record per arm and batch, segments)."""
+    t0 = time.perf_counter()
+    o = plan.options
+    trajectories = [(ref, plan.labels[ref], s, o.phases, plan.budget) for ref, _ in plan.groups()
+                    for s in o.reference_seeds]  # fmt: skip
+    log(f"credit probe of {plan.sweep}: {len(trajectories)} reference trajectories")
+    checkpoints: dict[str, list] = {}
+    for (ref, *_), ckpts in zip(trajectories, _map(_trajectory, trajectories, jobs)):
+        checkpoints.setdefault(ref, []).extend(ckpts)
+    work = tasks(plan, checkpoints, jobs)
+    log(f"credit probe of {plan.sweep}: {sum(len(t['indices']) for t in work)} batches and segments "
+        f"on {sum(map(len, checkpoints.values()))} checkpoints, {jobs} at a time")  # fmt: skip
+    results = _map(_work, work, jobs)
+    updates = [r for t, rs in zip(work, results) if t["kind"] == "batch" for r in rs]
+    segments = [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
+    order = ("reference", "seed", "phase", "batch", "segment", "label", "lr", "k")
+    key = lambda r: tuple(r.get(k, 0) for k in order)  # noqa: E731
+    from bench.run.fingerprint import fingerprint
+
+    cfg = next(iter(plan.labels.values()))
+    return {
+        "plan": describe(plan),
+        "task": cfg.task.name,
+        "model": cfg.model.name,
+        "checkpoints": [c.info() for cs in checkpoints.values() for c in cs],
+        "updates": sorted(updates, key=key),
+        "segments": sorted(segments, key=key),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "jobs": jobs,
+        "fingerprint": fingerprint(cfg.threads or 1),
+    }
+
+
+def cost(plan: Plan) -> dict[str, float]:
+    """What the probe will spend: trajectories' RL steps, updates, segment updates, and the seconds of one
+    core at the measured pace (scaled by the model's parameters)."""
+    from bench.models.policy import TINY_SIZES
+
+    o = plan.options
+    cfg = next(iter(plan.labels.values()))
+    steps = -(-plan.budget // (cfg.rl.prompts_per_step * cfg.rl.group_size))
+    groups = plan.groups()
+    ckpts = len(o.phases) * len(o.reference_seeds)
+    arms = sum(len(plan.arms(labels)) for _, labels in groups)
+    counts = {
+        "trajectory_step": len(groups) * len(o.reference_seeds) * steps,
+        "update": arms * o.batches * ckpts,
+        "segment_update": arms * o.segment_batches * o.segment_steps * ckpts,
+    }
+    scale = _params(TINY_SIZES.get(cfg.model.name)) / _params(TINY_SIZES["tiny-500k"])
+    return {**counts, "core_s": sum(PACE_S[k] * n for k, n in counts.items()) * scale}
+
+
+def _params(size: tuple[int, ...] | None) -> float:
+    """A tiny size's non-embedding parameters (attention with head_dim 32, and the MLP), 1 for others."""
+    if size is None:
+        return 1.0
+    hidden, layers, heads, kv, inter = size
+    return float(layers * (2 * hidden * heads * 32 + 2 * hidden * kv * 32 + 3 * hidden * inter))
+
+
+def write(out: dict[str, Any], folder: str | Path) -> Path:
+    """The raw records as updates.json in ``folder`` (written whole, then renamed: never half a file)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "updates.json"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
+    tmp.replace(path)
+    return path

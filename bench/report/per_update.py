@@ -1,0 +1,225 @@
+"""Credit per update: the statistics of a credit probe's raw records (bench.paired).
+
+For a pair (a credit method M and its control C: its twin or placebo) at a setting -- a common rate
+(both at lr), or ``tuned`` (each at its own tuned rate) -- every checkpoint c and batch b give one paired
+difference of one update's gain in J, in points:
+
+    d(c, b) = dJ_M(c, b) - dJ_C(c, b)        dJ_a(c, b) = 100 (J(theta_a) - J(theta_c))
+
+Pooled over the checkpoints (strata, equal weights) the effect is the mean of the checkpoint means, with
+SE = sqrt(sum_c s_c^2 / n_c) / C and sum_c (n_c - 1) degrees of freedom (a Student-t interval); each
+pair uses its own variance. Its size relative to the control's own gain is d / mean dJ_C, the interval
+likewise; the target of a probe is a relative half-width of 10% or less. p-values are two-sided t tests,
+Holm-adjusted within the family of one setting (every pair compared there). The MDE is the paired one of
+bench.report.stats.mde at the design's batches. The inference is conditional on the reference
+trajectories' checkpoints: a batch, not a training seed, is the unit here, which is why this measures one
+update's effect and not a run's (docs/results.md sets the two side by side).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from bench.report.stats import holm, mde
+
+
+def _index(records: list[dict[str, Any]], value: str) -> dict[tuple, dict[tuple, float]]:
+    """(label, lr) -> {(reference, seed, phase, batch or segment[, k]): value}."""
+    out: dict[tuple, dict[tuple, float]] = defaultdict(dict)
+    for r in records:
+        unit = (r["reference"], r["seed"], r["phase"], r.get("batch", r.get("segment")))
+        out[(r["label"], r["lr"])][unit + ((r["k"],) if "k" in r else ())] = r[value]
+    return out
+
+
+def stratified(diffs: dict[tuple, float], level: float = 0.95) -> dict[str, Any]:
+    """The mean over strata (a unit's first three fields: the checkpoint) of each stratum's mean, with its
+    standard error, Student-t interval, p-value and degrees of freedom."""
+    strata: dict[tuple, list[float]] = defaultdict(list)
+    for unit, d in diffs.items():
+        strata[unit[:3]].append(d)
+    means = [float(np.mean(v)) for v in strata.values()]
+    C = len(strata)
+    var = sum(float(np.var(v, ddof=1)) / len(v) for v in strata.values() if len(v) > 1)
+    df = sum(len(v) - 1 for v in strata.values())
+    mean, se = float(np.mean(means)), math.sqrt(var) / C
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se if df > 0 else math.inf
+    p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 and df > 0 else (1.0 if mean == 0 else 0.0)
+    return {"mean": mean, "se": se, "lo": mean - half, "hi": mean + half, "p": p, "df": df, "n": len(diffs),
+            "checkpoints": C}  # fmt: skip
+
+
+def settings(plan: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
+    """(setting name, label -> its rate there): each common rate, then each label at its tuned rate."""
+    labels = sorted({x for p in plan["pairs"] for x in (p["method"], p["control"])})
+    out = [(f"lr {lr:g}", dict.fromkeys(labels, lr)) for lr in plan["options"]["lrs"]]
+    if plan["tuned"] and all(x in plan["tuned"] for x in labels):
+        out.append(("tuned", {x: plan["tuned"][x] for x in labels}))
+    return out
+
+
+def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any]]:
+    """Every pair at every setting: the paired difference per update, pooled and per phase, its size
+    relative to the control's gain, Holm within each setting, the MDE."""
+    plan = probe["plan"]
+    dj = _index(probe["updates"], "dj")
+    out = []
+    for name, rate in settings(plan):
+        family = []
+        for p in plan["pairs"]:
+            m, c = (p["method"], rate[p["method"]]), (p["control"], rate[p["control"]])
+            units = sorted(set(dj[m]) & set(dj[c]))
+            if not units:
+                continue
+            diffs = {u: dj[m][u] - dj[c][u] for u in units}
+            gain = float(np.mean([dj[c][u] for u in units]))
+            row = {"setting": name, **p, "lr_method": m[1], "lr_control": c[1], "gain_method":
+                   float(np.mean([dj[m][u] for u in units])), "gain_control": gain, **stratified(diffs)}  # fmt: skip
+            row["relative"] = {k: row[k] / gain if gain else math.nan for k in ("mean", "lo", "hi")}
+            row["relative_half_width"] = (row["hi"] - row["lo"]) / 2 / abs(gain) if gain else math.inf
+            sd = row["se"] * math.sqrt(row["n"])
+            row["mde"] = mde(sd, row["n"], max(row["df"], 1), m=1, power=power, paired=True)
+            row["phases"] = _phases(diffs)
+            family.append(row)
+        for row, ph in zip(family, holm([r["p"] for r in family])):
+            row["p_holm"] = ph
+        out += family
+    return out
+
+
+def _phases(diffs: dict[tuple, float]) -> dict[str, dict[str, Any]]:
+    by: dict[float, dict[tuple, float]] = defaultdict(dict)
+    for u, d in diffs.items():
+        by[u[2]][u] = d
+    return {f"{phase:g}": stratified(ds) for phase, ds in sorted(by.items())}
+
+
+def arms(probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each arm's mean gain in J per update, first-order improvement grad J . d theta, cosine and step."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in probe["updates"]:
+        groups[(r["label"], r["lr"])].append(r)
+    return [
+        {
+            "label": label,
+            "lr": lr,
+            "n": len(rs),
+            **{k: float(np.mean([r[k] for r in rs])) for k in ("dj", "first_order", "cos", "step_norm")},
+            "skipped": int(sum(r["skipped"] for r in rs)),
+        }
+        for (label, lr), rs in sorted(groups.items())
+    ]
+
+
+def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each pair at each common rate and step k of the segments: the paired difference of J's gain since
+    the checkpoint, and the fraction of samples the two arms still share."""
+    from bench.paired.segment import shared_fraction
+
+    if not probe["segments"]:
+        return []
+    plan = probe["plan"]
+    dj, rows = _index(probe["segments"], "dj"), _index(probe["segments"], "rows")
+    out = []
+    for lr in plan["options"]["lrs"]:
+        for p in plan["pairs"]:
+            m, c = (p["method"], lr), (p["control"], lr)
+            for k in sorted({u[-1] for u in dj[m]}):
+                units = [u for u in sorted(set(dj[m]) & set(dj[c])) if u[-1] == k]
+                diffs = {u: dj[m][u] - dj[c][u] for u in units}
+                shared = float(np.mean([shared_fraction(rows[m][u], rows[c][u]) for u in units]))
+                out.append({"lr": lr, **p, "k": k, "shared": shared, **stratified(diffs),
+                            "gain_control": float(np.mean([dj[c][u] for u in units]))})  # fmt: skip
+    return out
+
+
+def report(probe: dict[str, Any]) -> dict[str, Any]:
+    """The probe's report: the comparisons, the arms, the segments, where it ran and how long."""
+    return {
+        "sweep": probe["plan"]["sweep"],
+        "task": probe["task"],
+        "model": probe["model"],
+        "options": probe["plan"]["options"],
+        "checkpoints": probe["checkpoints"],
+        "comparisons": comparisons(probe),
+        "arms": arms(probe),
+        "segments": segments(probe),
+        "wall_s": probe["wall_s"],
+        "jobs": probe["jobs"],
+    }
+
+
+def _ci(r: dict[str, Any]) -> str:
+    return f"{r['mean']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]"
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    """The "Credit per update" tables: each pair at each setting, then the segments."""
+    o = rep["options"]
+    ckpts = ", ".join(sorted({f"{c['phase']:g} (RL step {c['rl_step']})" for c in rep["checkpoints"]}))
+    lines = [
+        f"Paired updates on {rep['task']} ({rep['model']}): {o['batches']} batches at each of "
+        f"{len(rep['checkpoints'])} checkpoints (phases of the budget: {ckpts}; reference: {o['reference']}, "
+        f"seeds {', '.join(map(str, o['reference_seeds']))}), {rep['wall_s'] / 60:.1f} min of wall time on "
+        f"{rep['jobs']} process(es). dJ: one update's gain in J, points of strict pass@1.",
+        "",
+        "| method | control | setting | dJ method | dJ control | difference [95% CI] | relative to control's dJ "
+        "| p_Holm | MDE |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rep["comparisons"]:
+        rel = r["relative"]
+        lr = r["setting"] if r["setting"] != "tuned" else f"tuned ({r['lr_method']:g} vs {r['lr_control']:g})"
+        lines.append(
+            f"| {r['method']} | {r['control']} | {lr} | {r['gain_method']:.2f} | {r['gain_control']:.2f} | "
+            f"{_ci(r)} | {100 * rel['mean']:+.1f}% [{100 * rel['lo']:+.1f}, {100 * rel['hi']:+.1f}] | "
+            f"{_p(r['p_holm'])} | {r['mde']:.2f} |"
+        )
+    if rep["segments"]:
+        lines += ["", "Segments of K updates (common random numbers): the difference of J's gain since the "
+                  "checkpoint after k updates, and the share of samples the two arms still draw alike.", "",
+                  "| method | control | lr | k | difference [95% CI] | dJ control | samples shared |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for s in rep["segments"]:
+            lines.append(
+                f"| {s['method']} | {s['control']} | {s['lr']:g} | {s['k']} | {_ci(s)} | {s['gain_control']:.2f} | "
+                f"{100 * s['shared']:.0f}% |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def figure(rep: dict[str, Any], path) -> None:
+    """Per pair: each arm's gain per update against the rate, and the paired difference with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [(c["method"], c["control"]) for c in rep["comparisons"] if c["setting"] != "tuned"]
+    pairs = list(dict.fromkeys(pairs))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4 * len(pairs), 3.2), squeeze=False)
+    for ax, (m, c) in zip(axes[0], pairs):
+        rows = [r for r in rep["comparisons"] if (r["method"], r["control"]) == (m, c) and r["setting"] != "tuned"]
+        lrs = [r["lr_method"] for r in rows]
+        ax.plot(lrs, [r["gain_method"] for r in rows], "o-", label=m)
+        ax.plot(lrs, [r["gain_control"] for r in rows], "s--", label=c)
+        ax.errorbar(lrs, [r["mean"] for r in rows], yerr=[[r["mean"] - r["lo"] for r in rows],
+                    [r["hi"] - r["mean"] for r in rows]], fmt="k^", capsize=3, label="difference")  # fmt: skip
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("dJ per update (points)")
+        ax.set_title(f"{m} vs {c}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
