@@ -1,0 +1,170 @@
+"""Paired updates (bench.paired): the pairing holds (every arm trains on the same batch, a broken pairing
+is refused), nulls are exactly 0, a credit method and its twin do differ, segments start paired, and the
+command writes its records and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.errors import CreditBenchError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SPEC = {
+    "name": "probe-tiny",
+    "base": str(ROOT / "results/configs/embedded_grpo.yaml"),
+    "tasks": ["chain"],
+    "methods": ["s_trace"],
+    "credit_controls": ["twin", "placebo"],
+    "models": ["tiny-500k"],
+    "seeds": [0],
+    "budget": {"samples": 32},
+    "baseline": "s_trace",
+    "eval": {"every": 2, "n": 2, "k": [1], "num_problems": 16},
+    "overrides": {"rl.prompts_per_step": 4, "rl.group_size": 4, "rl.minibatches": 2},
+    "threads": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("probe") / "probe-tiny.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan(spec, tmp_path_factory):
+    from bench.paired.plan import ProbeOptions, make_plan
+
+    return make_plan(spec, ProbeOptions(batches=2, phases=(0.0, 1.0), lrs=(2e-4,), placebo=True),
+                     tmp_path_factory.mktemp("results"))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkpoints(plan):
+    from bench.paired.reference import trajectory
+
+    return trajectory("s_trace-twin", plan.labels["s_trace-twin"], 0, [0.0, 1.0], plan.budget)
+
+
+def _workspace(plan, checkpoint, arms):
+    from bench.paired.update import Workspace
+
+    return Workspace.build(plan.labels["s_trace-twin"], checkpoint, arms, 16, probe_seed=0)
+
+
+def test_the_reference_trajectory_gives_its_checkpoints(checkpoints):
+    """Phase 0 is the base with a fresh AdamW; phase 1 the end of the budget (32 samples: 2 RL steps)."""
+    base, end = checkpoints
+    assert (base.rl_step, base.samples, base.optimizer) == (0, 0, None)
+    assert (end.rl_step, end.samples) == (2, 32) and end.optimizer["state"]
+    assert any(not (base.weights[k] == end.weights[k]).all() for k in base.weights)
+
+
+def test_a_method_against_itself_and_a_twin_against_its_copy_differ_by_exactly_zero(plan, checkpoints):
+    """Two arms of the same recipe on the same batch, with the same seeds, from the same weights and AdamW
+    state: bit-identical updates, so every paired difference is exactly 0."""
+    from bench.paired.plan import Arm, Pair
+    from bench.paired.update import paired_batch
+
+    for label in ("s_trace", "s_trace-twin"):
+        cfg = plan.arms([label])[0].cfg  # at 2e-4
+        arms = [Arm(label, 2e-4, cfg), Arm(f"{label}-copy", 2e-4, cfg)]
+        ws = _workspace(plan, checkpoints[1], arms)
+        a, b = paired_batch(ws, arms, 0, [Pair(label, f"{label}-copy", "twin")])
+        assert a["dj"] == b["dj"] and a["first_order"] == b["first_order"] and a["fingerprint"] == b["fingerprint"]
+        assert a["dj"] != 0.0  # the update did move J
+
+
+def test_a_method_and_its_twin_share_the_batch_but_not_the_update(plan, checkpoints):
+    from bench.paired.update import paired_batch
+
+    arms = plan.arms(["s_trace", "s_trace-twin", "s_trace-placebo"])
+    ws = _workspace(plan, checkpoints[1], arms)
+    records = paired_batch(ws, arms, 1, plan.pairs)
+    assert len({r["fingerprint"] for r in records}) == 1
+    assert len({r["dj"] for r in records}) == len(records)  # three credits, three different updates
+    assert all(r["j_before"] == ws.j0 for r in records)
+
+
+def test_a_broken_pairing_is_refused(plan, checkpoints, monkeypatch):
+    """If one arm draws another batch (here: another sampling seed), the probe stops rather than report a
+    difference that carries the batches' noise."""
+    from bench.paired import update
+
+    arms = plan.arms(["s_trace", "s_trace-twin"])
+    ws = _workspace(plan, checkpoints[0], arms)
+    real, calls = update.draw, []
+
+    def other_batch_for_the_twin(ws_, arm, sampler, seed):
+        calls.append(arm.label)
+        if arm.label == "s_trace-twin":
+            sampler = ws_.sampler(ws_.policy, arm.cfg, seed + 1, shared=True)
+        return real(ws_, arm, sampler, seed)
+
+    monkeypatch.setattr(update, "draw", other_batch_for_the_twin)
+    with pytest.raises(CreditBenchError, match="pairing is broken: s_trace and s_trace-twin"):
+        update.paired_batch(ws, arms, 0, plan.pairs)
+    assert calls == ["s_trace", "s_trace-twin"]
+
+
+def test_segments_start_paired(plan, checkpoints):
+    """Step 1 of a segment samples from the checkpoint with the same seed in every arm: the same samples."""
+    from bench.paired.segment import segment, shared_fraction
+
+    arms = plan.arms(["s_trace", "s_trace-twin"])
+    ws = _workspace(plan, checkpoints[1], arms)
+    records = segment(ws, arms, 0, steps=2)
+    first = {r["label"]: r["rows"] for r in records if r["k"] == 1}
+    assert shared_fraction(first["s_trace"], first["s_trace-twin"]) == 1.0
+    assert [r["k"] for r in records] == [1, 2, 1, 2]
+
+
+def test_stratified_difference_by_hand():
+    """Two checkpoints with differences [1, 3] and [2, 2, 5]: stratum means 2 and 3, mean 2.5; variances
+    2/2 and 3/3, SE = sqrt(1 + 1) / 2 = 0.7071; df = 1 + 2 = 3."""
+    from bench.report.per_update import stratified
+
+    diffs = {("r", 0, 0.0, 0): 1.0, ("r", 0, 0.0, 1): 3.0, ("r", 0, 1.0, 0): 2.0, ("r", 0, 1.0, 1): 2.0,
+             ("r", 0, 1.0, 2): 5.0}  # fmt: skip
+    s = stratified(diffs)
+    assert s["mean"] == pytest.approx(2.5) and s["se"] == pytest.approx(0.5**0.5) and s["df"] == 3
+    assert s["lo"] == pytest.approx(2.5 - 3.182446 * 0.5**0.5, abs=1e-5)
+
+
+def test_the_command_writes_records_and_report(spec, tmp_path):
+    from bench.cli import main
+
+    out = tmp_path / "out"
+    argv = [str(spec), "--batches", "2", "--phases", "0,1", "--lrs", "2e-4", "--results_dir", str(tmp_path),
+            "--out", str(out)]  # fmt: skip
+    assert main(["credit-probe", *argv]) == 0
+    probe = json.loads((out / "updates.json").read_text())
+    assert len(probe["updates"]) == 2 * 2 * 2  # checkpoints x batches x arms (twin pair, one rate)
+    rep = json.loads((out / "report.json").read_text())
+    (c,) = rep["comparisons"]
+    assert (c["method"], c["control"], c["setting"], c["n"]) == ("s_trace", "s_trace-twin", "lr 0.0002", 4)
+    assert (out / "per_update.png").stat().st_size > 0 and "s_trace-twin" in (out / "report.md").read_text()
+    assert main(["credit-probe", *argv, "--report"]) == 0  # the analysis redone from the records
+    assert json.loads((out / "report.json").read_text()) == rep
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batches", "1"], "batches must be >= 2"),
+        (["--reference", "nope"], "reference 'nope' is not a label of sweep 'probe-tiny'; valid: control, s_trace"),
+        (["--phases", "0,2"], "phases must be fractions of the budget"),
+    ],
+)
+def test_bad_options_are_one_line(spec, tmp_path, capsys, args, message):
+    from bench.cli import main
+
+    assert main(["credit-probe", str(spec), "--dry_run", "--results_dir", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
