@@ -40,6 +40,7 @@ def parser() -> ArgumentParser:
     ap.add_argument("--segment_steps", type=int, default=0, help="K > 0: paired segments of K updates")
     ap.add_argument("--segment_batches", type=int, default=0, help="segments per checkpoint")
     ap.add_argument("--eval_problems", type=int, default=None, help="problems J is scored on (default: the sweep's)")
+    ap.add_argument("--model", default=None, help="a model in place of the sweep's (its tuned rates then do not apply)")
     ap.add_argument("--seed", type=int, default=d.seed, help="the probe's seed (its batches)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--results_dir", default="results", help="where results/<sweep>/tuning.json is read")
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
 
     a = parser().parse_args(argv)
     fields = ("batches", "phases", "reference_seeds", "reference", "lrs", "placebo", "segment_steps",
-              "segment_batches", "eval_problems", "seed")  # fmt: skip
+              "segment_batches", "eval_problems", "model", "seed")  # fmt: skip
     options = build_config(ProbeOptions, {k: getattr(a, k) for k in fields}, "credit-probe")
     plan = make_plan(a.spec, options, a.results_dir)
     out = Path(a.out) if a.out else Path(a.results_dir) / "probes" / plan.sweep

@@ -70,6 +70,12 @@ def main(argv: list[str]) -> int:
         help="run on a Ray cluster: its head's host:port (default: $RAY_ADDRESS; set, it implies --ray), or "
         "'local' to start one on this machine (bench.run.ray_engine; docs/cluster.md)",
     )
+    ap.add_argument(
+        "--credit_probe",
+        action="store_true",
+        help="then measure credit per update on the sweep's pairs (creditbench credit-probe with its defaults) "
+        "and add it to the report",
+    )
     a = ap.parse_args(argv)
     if a.jobs is not None and a.jobs < 1:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
@@ -95,6 +101,8 @@ def main(argv: list[str]) -> int:
             print(
                 f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs or 1)}"
             )
+        if a.credit_probe:
+            _probe(a, dry_run=True)
         return 0
     signal.signal(signal.SIGTERM, _interrupt)  # `kill`, scancel: stopped as Ctrl-C stops it, and resumable
     if sweep.spec.tune is not None and tuning.read(a.results_dir, sweep.name) is None:
@@ -103,9 +111,20 @@ def main(argv: list[str]) -> int:
         tuning.write(sweep.spec, tuned, a.results_dir)
         sweep = load_spec(a.spec, a.results_dir)  # its runs at the chosen points
     report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
+    if a.credit_probe:
+        _probe(a, dry_run=False)
+        report = write_report(sweep, a.results_dir)  # with its "Credit per update" section
     print(markdown(report))
     print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
     return 0
+
+
+def _probe(a, dry_run: bool) -> None:
+    """``creditbench credit-probe`` on the sweep's spec, its defaults, the sweep's workers."""
+    from bench.cli.probe import main as credit_probe
+
+    argv = [a.spec, "--jobs", str(a.jobs or 1), "--results_dir", a.results_dir] + (["--dry_run"] if dry_run else [])
+    credit_probe(argv)
 
 
 def _preflight(sweep, uri: str, here: bool) -> None:

@@ -36,6 +36,9 @@ class ProbeOptions:
     """Segments per checkpoint (each from its own seed)."""
     eval_problems: int | None = None
     """Problems J is scored on (the first of the eval split; default: the sweep's eval.num_problems)."""
+    model: str | None = None
+    """A model in place of the sweep's (e.g. tiny-2m); the sweep's tuned rates are then not its own and
+    only the common rates are probed."""
     seed: int = 0
     """Seed of the probe's batches (rows and sampling), disjoint from every run's streams by construction."""
 
@@ -129,6 +132,10 @@ def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | P
     first: dict[str, RunConfig] = {}
     for run in sweep.runs:  # the first task, model and seed of each label
         first.setdefault(run.label, run.cfg)
+    if options.model is not None:
+        first = {
+            k: dataclasses.replace(c, model=dataclasses.replace(c.model, name=options.model)) for k, c in first.items()
+        }
     pairs = []
     for method, ctrls in controls.items():
         for c in ctrls:
@@ -138,7 +145,8 @@ def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | P
     budget = spec.budget.as_dict().get("samples", 0)
     check(budget > 0, "the credit probe needs a sweep with a sample budget (budget: {samples: N})")
     tuned_file = Path(results_dir) / spec.name / "tuning.json"
-    tuned = {label: cfg.rl.lr for label, cfg in first.items()} if spec.tune and tuned_file.is_file() else {}
+    tuned_here = spec.tune and tuned_file.is_file() and options.model is None
+    tuned = {label: cfg.rl.lr for label, cfg in first.items()} if tuned_here else {}
     labels = {x: first[x] for p in pairs for x in (p.method, p.control)}
     rates = {x: sorted({*options.lrs, *([tuned[x]] if x in tuned else [])}) for x in labels}
     twin_of = {p.method: p.control for p in pairs if p.kind == "twin"}
@@ -152,7 +160,7 @@ def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | P
             )
         labels[options.reference] = first[options.reference]
         references = {p.method: options.reference for p in pairs}
-    notes = [] if tuned else [f"no tuned rates (results/{spec.name}/tuning.json): the common rates only"]
+    notes = [] if tuned else [f"no tuned rates for this model (results/{spec.name}/tuning.json): the common rates only"]
     return Plan(spec.name, labels, pairs, rates, tuned, references, options, budget, notes)
 
 

@@ -25,7 +25,7 @@ def segment(ws: Workspace, arms: list[Arm], index: int, steps: int) -> list[dict
         opt = ws.optimization(arm)
         for k in range(1, steps + 1):
             step_seed = stream_seed(seed, k)
-            batch = draw(ws, arm, ws.sampler(ws.scratch, arm.cfg, step_seed, shared=False), step_seed)
+            _, batch = draw(ws, arm, ws.sampler(ws.scratch, arm.cfg, step_seed, shared=False), step_seed)
             stats = rl_step(ws, arm, batch, opt, stream_seed(step_seed, "update"))
             j, _ = exact_objective(ws.scratch, ws.refs, ws.temperature)
             out.append(

@@ -108,15 +108,16 @@ def rl_step(ws: Workspace, arm: Arm, batch: RolloutBatch, opt: Optimization, see
     return seeded(step, seed)
 
 
-def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> RolloutBatch:
-    """``arm``'s training batch from ``sampler``: the prompts of the stream ``seed``, refilled from it where
-    the method drops groups, then what the method adds (``augment``, seeded)."""
+def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> tuple[RolloutBatch, RolloutBatch]:
+    """``arm``'s batch from ``sampler`` as drawn (the prompts of the stream ``seed``, refilled from it where
+    the method drops groups) and as it trains on it, with what the method adds (``augment``, seeded)."""
     from bench.engine.sampling import train_rollouts
 
     method, rl = ws.methods[arm.key], arm.cfg.rl
     stream = RowStream(ws.train_rows, stream_seed(seed, "rows"))
     drawn = train_rollouts(sampler, method, stream.refill(rl.prompts_per_step), rl, stream.refill)
-    return seeded(lambda: method.augment(drawn.batch, sampler), stream_seed(seed, "augment"))
+    raw = copy.deepcopy(drawn.batch)
+    return raw, seeded(lambda: method.augment(drawn.batch, sampler), stream_seed(seed, "augment"))
 
 
 def paired_batch(ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair]) -> list[dict[str, Any]]:
@@ -125,9 +126,11 @@ def paired_batch(ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair]) 
     seed = ws.seed("batch", index)
     sampler = ws.sampler(ws.policy, arms[0].cfg, seed, shared=True)
     before = [p.detach().clone() for p in ws.policy.parameters() if p.requires_grad]
-    out = []
+    out, blame = [], {}
     for arm in arms:
-        batch = draw(ws, arm, sampler, seed)
+        raw, batch = draw(ws, arm, sampler, seed)
+        if arm.label not in blame:  # the credit at the checkpoint (ratio 1) does not depend on the rate
+            blame[arm.label] = blame_alignment(ws, arm, raw, sampler)
         ws.reset()
         stats = rl_step(ws, arm, batch, ws.optimization(arm), stream_seed(seed, "update"))
         j1, _ = exact_objective(ws.scratch, ws.refs, ws.temperature)
@@ -145,10 +148,28 @@ def paired_batch(ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair]) 
                 "loss": stats.get("loss/total"),
                 "skipped": stats["train/skipped_updates"],
                 "fingerprint": fingerprint(batch),
+                **blame[arm.label],
             }
         )
     check_pairing(out, pairs)
     return out
+
+
+def blame_alignment(ws: Workspace, arm: Arm, batch: RolloutBatch, sampler: SeededSampler) -> dict[str, float | None]:
+    """How much of the method's effective credit on the (drawn, not augmented) batch's failed completions
+    lands on the token where each first went wrong (bench.engine.blame), under the checkpoint's policy:
+    ``blame_share`` (uniform credit gives ``blame_uniform_share``), ``blame_rank_frac`` (0.5 is chance),
+    over ``blame_n`` rows."""
+    from bench.engine.blame import alignment, blame_tokens
+    from bench.engine.probe import effective_credit
+
+    method = ws.methods[arm.key]
+    b, credit = effective_credit(ws.policy, ws.ref_policy, method, sampler, arm.cfg.rl, batch, [])
+    tokens = blame_tokens(sampler, b)
+    rows = [i for i, t in enumerate(tokens) if t is not None]
+    a = alignment(credit, b.completion_mask, rows, [tokens[i] for i in rows])
+    keys = ("share", "rank_frac", "uniform_share", "n")
+    return {f"blame_{k}": a.get(k) for k in keys}
 
 
 def check_pairing(records: list[dict[str, Any]], pairs: list[Pair]) -> None:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.report import per_update
 from bench.report.comparisons import blame_markdown
 from bench.report.summary import build_report, load_runs
 from bench.run import tuning
@@ -123,6 +124,16 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     if report.get("curve_fit"):
         out += ["## Asymptote or efficiency", "", report["curve_fit"]["markdown"], ""]
+    if report.get("per_update"):
+        out += [
+            "## Credit per update",
+            "",
+            "From the same weights, AdamW state and rollout batch, one update per arm, scored on the exact "
+            "objective J (the probability of the reference completion): the credit's effect with the "
+            "trajectory's noise removed (`creditbench credit-probe`, docs/results.md).",
+            "",
+            per_update.markdown(report["per_update"]),
+        ]
     out += blame_markdown(report.get("blame") or [])
     if report.get("fingerprint"):
         out += ["", f"Numerics: {describe(report['fingerprint'])} (docs/reproducibility.md)."]
@@ -205,12 +216,20 @@ def _atomic(path: Path, text: str) -> Path:
     return path
 
 
+def _with_probe(report: dict[str, Any], results_dir: str, sweep: str) -> None:
+    """The sweep's credit probe (results/probes/<sweep>/report.json) beside its runs, where it has one."""
+    probe = per_update.read(results_dir, sweep)
+    if probe is not None:
+        report["per_update"] = probe
+
+
 def write_report(sweep: Sweep, results_dir: str = "results", plots: bool = True) -> dict[str, Any]:
     """Build and write the report of a loaded sweep from its finished runs."""
     runs = load_runs(results_dir, sweep.name, [r.key for r in sweep.runs])
     spec = sweep.spec
     report = build_report(runs, sweep.baseline, spec.target, sweep.budget, sweep.name, spec.target_of, spec.analysis)
     report["tuning"] = tuning.read(results_dir, sweep.name)
+    _with_probe(report, results_dir, sweep.name)
     write_files(report, Path(results_dir) / sweep.name, plots)
     return report
 
@@ -237,6 +256,7 @@ def summarize(results_dir: str, sweep: str, plots: bool = True, log=print) -> tu
         budget = spec.budget.as_dict()
         report = build_report(runs, spec.baseline, spec.target, budget, sweep, spec.target_of, spec.analysis)
         report["tuning"] = tuning.read(results_dir, sweep)
+        _with_probe(report, results_dir, sweep)
     if report["baseline"] not in {r.label for r in runs}:
         report["baseline"] = ""
     return report, write_files(report, out, plots=plots)

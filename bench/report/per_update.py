@@ -110,10 +110,19 @@ def arms(probe: dict[str, Any]) -> list[dict[str, Any]]:
             "lr": lr,
             "n": len(rs),
             **{k: float(np.mean([r[k] for r in rs])) for k in ("dj", "first_order", "cos", "step_norm")},
+            **{k: _mean([r.get(k) for r in rs]) for k in BLAME},
             "skipped": int(sum(r["skipped"] for r in rs)),
         }
         for (label, lr), rs in sorted(groups.items())
     ]
+
+
+BLAME = ("blame_share", "blame_uniform_share", "blame_rank_frac")
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
 
 
 def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
@@ -154,6 +163,15 @@ def report(probe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def read(results_dir, sweep: str) -> dict[str, Any] | None:
+    """The report of the sweep's credit probe (results/probes/<sweep>/report.json), None without one."""
+    import json
+    from pathlib import Path
+
+    path = Path(results_dir) / "probes" / sweep / "report.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _ci(r: dict[str, Any]) -> str:
     return f"{r['mean']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]"
 
@@ -179,6 +197,18 @@ def markdown(rep: dict[str, Any]) -> str:
             f"| {r['method']} | {r['control']} | {lr} | {r['gain_method']:.2f} | {r['gain_control']:.2f} | "
             f"{_ci(r)} | {100 * rel['mean']:+.1f}% [{100 * rel['lo']:+.1f}, {100 * rel['hi']:+.1f}] | "
             f"{_p(r['p_holm'])} | {r['mde']:.2f} |"
+        )
+    lines += ["", "Each arm's update: its mean gain dJ, the first-order gain grad J . d theta (points), the cosine "
+              "of d theta with grad J, and where its credit goes on failed completions (the blame token's share "
+              "of |credit|, against uniform's; the blame token's rank, 0 first, 0.5 chance).", "",
+              "| label | lr | dJ | grad J . d theta | cos | blame share (uniform) | blame rank | skipped |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for a in rep["arms"]:
+        share = "–" if a["blame_share"] is None else f"{a['blame_share']:.3f} ({a['blame_uniform_share']:.3f})"
+        rank = "–" if a["blame_rank_frac"] is None else f"{a['blame_rank_frac']:.2f}"
+        lines.append(
+            f"| {a['label']} | {a['lr']:g} | {a['dj']:.2f} | {a['first_order']:.2f} | {a['cos']:.3f} | {share} | "
+            f"{rank} | {a['skipped']} |"
         )
     if rep["segments"]:
         lines += ["", "Segments of K updates (common random numbers): the difference of J's gain since the "
