@@ -122,20 +122,43 @@ def eval_summary(
 @dataclass
 class EvalResult:
     """One eval set's results: :func:`eval_summary`'s numbers, each problem's pass@1, and the logged
-    completions (one per problem, in order); each problem's id and correct samples (out of n), in order."""
+    completions (one per problem, in order); each problem's id and correct samples (out of n), in
+    order; each problem's probability of its reference completion (bench.engine.exact; empty for a
+    task without references), in order."""
 
     summary: dict[str, float]
     per_problem_pass_at_1: list[float]
     samples: list[dict[str, Any]]
     ids: list[str] = field(default_factory=list)
     correct: list[int] = field(default_factory=list)
+    ref_probs: list[float] = field(default_factory=list)
+
+    def entry(self) -> dict[str, Any]:
+        """The eval set's part of an eval point's history entry: the summary and the per-problem values
+        (which bench.run.result keeps out of the run's JSON)."""
+        per_problem = {"per_problem_pass_at_1": self.per_problem_pass_at_1}
+        if self.ref_probs:
+            per_problem["per_problem_ref_prob"] = self.ref_probs
+        return {**self.summary, **per_problem}
+
+
+def per_problem_table(problem_ids: dict[str, list[str]], correct: dict[str, list[int]], n: int) -> dict[str, list]:
+    """One row per eval problem of every eval set: its task, id and correct samples out of ``n``."""
+    tasks = [t for t, ids in problem_ids.items() for _ in ids]
+    return {
+        "task": tasks,
+        "id": [i for ids in problem_ids.values() for i in ids],
+        "correct": [c for cs in correct.values() for c in cs],
+        "n": [n] * len(tasks),
+    }
 
 
 class EvalEpoch:
-    """What one eval pass saw of each eval set (``names``): each problem's n verdicts, each
-    completion's length, truncation and flexible verdict, and one completion per problem for a table
-    (``samples_to_log`` in all). With W processes each holds its contiguous chunk of every set, which
-    :meth:`results` gathers back in rank order, so every process gets the whole sets' results."""
+    """What one eval pass saw of each eval set (``names``): each problem's n verdicts and probability
+    of its reference completion (where the task has one), each completion's length, truncation and
+    flexible verdict, and one completion per problem for a table (``samples_to_log`` in all). With
+    W processes each holds its contiguous chunk of every set, which :meth:`results` gathers back in
+    rank order, so every process gets the whole sets' results."""
 
     def __init__(self, names: list[str], cfg: EvalConfig, samples_to_log: int):
         self.n, self.samples_to_log, self.greedy = cfg.n, samples_to_log, cfg.greedy
@@ -146,15 +169,17 @@ class EvalEpoch:
         for metric in self.metrics.values():
             metric.reset()
         self.seen = {
-            name: {"ids": [], "correct": [], "lengths": [], "truncated": [], "flex": [], "samples": [], "greedy": []}
+            name: {k: [] for k in ("ids", "correct", "ref_probs", "lengths", "truncated", "flex", "samples", "greedy")}
             for name in self.metrics
         }
 
-    def add(self, name: str, rows: list[dict], batch: RolloutBatch, info: list[dict]) -> None:
-        """``batch``: n completions of each of ``rows`` (grouped), ``info`` the verifier's details of each."""
+    def add(self, name: str, rows: list[dict], batch: RolloutBatch, info: list[dict], ref_probs: list[float]) -> None:
+        """``batch``: n completions of each of ``rows`` (grouped), ``info`` the verifier's details of
+        each, ``ref_probs`` each row's p(reference | prompt) ([] where the task has no references)."""
         n, seen = self.n, self.seen[name]
         seen["ids"].extend(str(r.get("id", "")) for r in rows)
         seen["correct"].append(batch.correct.view(len(rows), n).cpu())  # [problems, n]
+        seen["ref_probs"].extend(ref_probs)
         seen["lengths"].extend(batch.lengths.tolist())
         seen["truncated"].extend(batch.truncated.tolist())
         seen["flex"].extend(bool(i["correct_flexible"]) for i in info)
@@ -185,11 +210,16 @@ class EvalEpoch:
             summary = eval_summary(metric, seen["lengths"], seen["truncated"], seen["flex"])
             if self.greedy:
                 summary["greedy"] = float(np.mean(seen["greedy"])) if seen["greedy"] else float("nan")
+            ref_probs = seen["ref_probs"] if len(seen["ref_probs"]) == len(seen["ids"]) else []  # J: every problem's
+            if ref_probs:
+                summary["ref_prob"] = float(np.mean(ref_probs))  # J = 1/N sum_i p(r_i | x_i)
+                summary["ref_prob_se"] = standard_error(ref_probs)
             out[name] = EvalResult(
                 summary,
                 metric.per_problem()[1].tolist(),
                 seen["samples"][: self.samples_to_log],
                 seen["ids"],
                 metric.correct_counts(),
+                ref_probs,
             )
         return out

@@ -9,9 +9,10 @@ One training step (manual optimization):
 
 The module only orchestrates: the Lightning hooks call plain functions that a test or a script can
 call without a Trainer -- sampling in bench.engine.sampling, scoring and the update in
-bench.engine.step, the eval numbers in bench.engine.metrics, the credit probe in bench.engine.probe,
-the blame alignment in bench.engine.blame, the prompt order in bench.engine.data. It never
-branches on a method's or a task's name: a method declares ``needs`` and the step computes exactly that.
+bench.engine.step, the eval numbers in bench.engine.metrics (the exact objective J in
+bench.engine.exact), the credit probe in bench.engine.probe, the blame alignment in
+bench.engine.blame, the prompt order in bench.engine.data. It never branches on a method's or a
+task's name: a method declares ``needs`` and the step computes exactly that.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from bench.engine.blame import (
     find_blame_probe,
 )
 from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_states, trainable_state
-from bench.engine.metrics import EvalEpoch, metric_key
+from bench.engine.exact import eval_reference_probs
+from bench.engine.metrics import EvalEpoch, metric_key, per_problem_table
 from bench.engine.probe import credit_map, find_probe, moved_to, probe_from_state, probe_state
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, eval_due, reward_stats, rounds_left, train_rollouts
@@ -257,10 +259,10 @@ class RLVRModule(L.LightningModule):
         if self._reused is not None:
             return
         name = list(self.eval_tasks)[dataloader_idx]
-        batch, info = self.sampler.rollout(
-            rows, self.eval_cfg.n, self.eval_cfg.sampling, details=True, task=self.eval_tasks[name]
-        )
-        self.evals.add(name, rows, batch, info)
+        task, sampling = self.eval_tasks[name], self.eval_cfg.sampling
+        batch, info = self.sampler.rollout(rows, self.eval_cfg.n, sampling, details=True, task=task)
+        ref_probs = eval_reference_probs(self.policy, task, rows, self.tokenizer, sampling.temperature)  # J's terms
+        self.evals.add(name, rows, batch, info, ref_probs)
         if self.eval_cfg.greedy:
             greedy = dataclasses.replace(self.eval_cfg.sampling, temperature=0.0)
             self.evals.add_greedy(
@@ -279,20 +281,14 @@ class RLVRModule(L.LightningModule):
             metrics[metric_key("eval", name, "samples")] = float(self.samples)
             metrics[metric_key("eval", name, "tokens")] = float(self.tokens)
             self._log(metrics)
-            entry["eval"][name] = {**res.summary, "per_problem_pass_at_1": res.per_problem_pass_at_1}
+            entry["eval"][name] = res.entry()
             entry["per_problem"][name], entry["problem_ids"][name] = res.correct, res.ids
             if res.samples and mlflow:
                 table = {k: [x[k] for x in res.samples] for k in res.samples[0]}
                 folder = "completions" if name == self.task_name else f"completions/{name}"
                 self._out.table(f"{folder}/step_{self.rl_step:06d}.json", table)
-        if mlflow:  # one row per eval problem: its task, id and correct samples out of n
-            tasks = [t for t, ids in entry["problem_ids"].items() for _ in ids]
-            table = {
-                "task": tasks,
-                "id": [i for ids in entry["problem_ids"].values() for i in ids],
-                "correct": [c for cs in entry["per_problem"].values() for c in cs],
-                "n": [self.eval_cfg.n] * len(tasks),
-            }
+        if mlflow:
+            table = per_problem_table(entry["problem_ids"], entry["per_problem"], self.eval_cfg.n)
             self._out.table(f"per_problem/step_{self.rl_step:06d}.json", table)
         self.eval_history.append(entry)
         if self._blame_probe is not None:

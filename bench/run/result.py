@@ -24,7 +24,8 @@ class EvalPoint:
     tokens: int
     """Completion tokens generated for training until then."""
     eval: dict[str, dict[str, float]]
-    """Eval task -> its metrics (pass_at_K, avg_at_N, mean_length, ...; no per-problem values)."""
+    """Eval task -> its metrics (pass_at_K, avg_at_N, mean_length, ...; ref_prob, the exact objective J,
+    and its ref_prob_se for a task with references, bench.engine.exact; no per-problem values)."""
     per_problem: dict[str, list[int]] = field(default_factory=dict)
     """Eval task -> each problem's correct samples (out of ``RunResult.eval_n``), in the order of
     ``RunResult.problem_ids`` (results without the key: none)."""
@@ -111,12 +112,12 @@ class RunResult:
     @classmethod
     def from_history(cls, history: list[dict[str, Any]], task: str, **fields: Any) -> RunResult:
         """The result of a run whose module evaluated ``history`` (bench.engine.module's eval
-        history: its per-problem pass@1 gives the paired delta of ``task``, the training task,
-        and is left out of the JSON; the per-problem correct counts are kept, with the problem ids
-        and samples per problem of the last point)."""
+        history: its per-problem pass@1 gives the paired delta of ``task``, the training task; it and
+        the per-problem reference probabilities are left out of the JSON; the per-problem correct
+        counts are kept, with the problem ids and samples per problem of the last point)."""
 
         def summary(metrics: dict[str, Any]) -> dict[str, float]:
-            return {k: v for k, v in metrics.items() if k != "per_problem_pass_at_1"}
+            return {k: v for k, v in metrics.items() if not k.startswith("per_problem_")}
 
         base, final = history[0]["eval"][task], history[-1]["eval"][task]
         points = [

@@ -102,7 +102,29 @@ def test_greedy_accuracy_beside_pass_at_k():
         truncated=torch.zeros(4, dtype=torch.bool),
         size=4,
     )
-    epoch.add("t", rows, sampled, [{"correct_flexible": False}] * 4)
+    epoch.add("t", rows, sampled, [{"correct_flexible": False}] * 4, ref_probs=[])
     epoch.add_greedy("t", SimpleNamespace(correct=torch.tensor([True, True])))
     summary = epoch.results()["t"].summary
     assert summary["greedy"] == 1.0 and summary["pass_at_1"] == 0.25
+    assert "ref_prob" not in summary  # a task without references reports no J
+
+
+def test_reference_probability_beside_pass_at_k():
+    """A task with references: ``ref_prob`` is J, the mean of the problems' p(reference). Two chunks of
+    one problem each (as two eval batches or two processes add them), p = 0.5 and 0.1: J = 0.3, its
+    SE std([0.5, 0.1]) / sqrt(2) = 0.2828 / 1.4142 = 0.2; the history entry keeps each p in order."""
+    from types import SimpleNamespace
+
+    from bench.config import EvalConfig
+    from bench.engine.metrics import EvalEpoch
+
+    epoch = EvalEpoch(["t"], EvalConfig(n=2, k=[1]), samples_to_log=0)
+    epoch.start()
+    for p in (0.5, 0.1):
+        sampled = SimpleNamespace(
+            correct=torch.tensor([True, False]), lengths=torch.tensor([3, 3]), truncated=torch.zeros(2, dtype=bool)
+        )
+        epoch.add("t", [{"answer": "1"}], sampled, [{"correct_flexible": False}] * 2, ref_probs=[p])
+    res = epoch.results()["t"]
+    assert res.summary["ref_prob"] == pytest.approx(0.3) and res.summary["ref_prob_se"] == pytest.approx(0.2)
+    assert res.entry()["per_problem_ref_prob"] == [0.5, 0.1] and res.summary["pass_at_1"] == 0.5
