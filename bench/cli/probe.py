@@ -5,6 +5,7 @@ updates.json (every record), report.json and report.md (bench.report.per_update)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -31,6 +32,15 @@ def parser() -> ArgumentParser:
     )
     ap.add_argument("spec", help="sweep YAML whose labels and credit controls are probed (results/sweeps/)")
     ap.add_argument("--batches", type=int, default=d.batches, help=f"batches per checkpoint (default {d.batches})")
+    ap.add_argument(
+        "--target",
+        type=float,
+        default=d.target,
+        help="a second round until each interval's "
+        "half-width is at most this fraction of the control's gain (default 0.1; 0: one round)",
+    )
+    ap.add_argument("--max_batches", type=int, default=d.max_batches, help="batches per checkpoint at most")
+    ap.add_argument("--blame_batches", type=int, default=d.blame_batches, help="batches with blame alignment")
     ap.add_argument("--phases", type=_floats, default=d.phases, help="checkpoints as fractions of the budget "
                     "(default 0,0.5,1)")  # fmt: skip
     ap.add_argument("--reference_seeds", type=_ints, default=d.reference_seeds, help="reference trajectories' seeds")
@@ -57,8 +67,7 @@ def main(argv: list[str]) -> int:
     from bench.report import per_update
 
     a = parser().parse_args(argv)
-    fields = ("batches", "phases", "reference_seeds", "reference", "lrs", "placebo", "segment_steps",
-              "segment_batches", "eval_problems", "model", "seed")  # fmt: skip
+    fields = [f.name for f in dataclasses.fields(ProbeOptions)]
     options = build_config(ProbeOptions, {k: getattr(a, k) for k in fields}, "credit-probe")
     plan = make_plan(a.spec, options, a.results_dir)
     out = Path(a.out) if a.out else Path(a.results_dir) / "probes" / plan.sweep
@@ -77,7 +86,8 @@ def main(argv: list[str]) -> int:
             return 0
         probe = run_probe(plan, a.jobs)
         write(probe, out)
-    rep = per_update.report(probe)
+    sweep_report = Path(a.results_dir) / plan.sweep / "report.json"
+    rep = per_update.report(probe, json.loads(sweep_report.read_text()) if sweep_report.is_file() else None)
     (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
     (out / "report.md").write_text(per_update.markdown(rep))
     per_update.figure(rep, out / "per_update.png")

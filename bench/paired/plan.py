@@ -16,7 +16,15 @@ from bench.errors import CreditBenchError
 @dataclass(frozen=True)
 class ProbeOptions:
     batches: int = 40
-    """Rollout batches per checkpoint (every arm updates on each)."""
+    """Rollout batches per checkpoint in the first round (every arm updates on each)."""
+    target: float = 0.10
+    """A second round adds batches where they are needed (Neyman's allocation over the checkpoints, from the
+    first round's variances) until every pair's 95% interval, at every setting, is at most this fraction of
+    its control's mean gain per update; 0: one round only."""
+    max_batches: int = 160
+    """At most this many batches per checkpoint, both rounds together."""
+    blame_batches: int = 10
+    """Blame alignment (a credit statistic, not a gain) is measured on the first this many batches."""
     phases: tuple[float, ...] = (0.0, 0.5, 1.0)
     """Where the checkpoints sit along the reference trajectory, as fractions of the sweep's sample budget
     (0: the base policy with a fresh AdamW; f: after the first RL step that reaches f x budget)."""
@@ -48,6 +56,7 @@ class ProbeOptions:
             bool(self.phases) and all(0.0 <= f <= 1.0 for f in self.phases),
             f"phases must be fractions of the budget in [0, 1], got {list(self.phases)}",
         )
+        check(self.target >= 0 and self.max_batches >= self.batches, "target must be >= 0 and max_batches >= batches")
         check(bool(self.reference_seeds), "reference_seeds must list at least one seed")
         check(all(x > 0 for x in self.lrs), f"lrs must be learning rates > 0, got {list(self.lrs)}")
         check(self.segment_steps >= 0 and self.segment_batches >= 0, "segment_steps and segment_batches must be >= 0")
@@ -92,6 +101,7 @@ class Plan:
     options: ProbeOptions
     budget: int = 0
     notes: list[str] = field(default_factory=list)
+    credit_controls: dict[str, list[str]] = field(default_factory=dict)  # the sweep's, as its report pairs them
 
     def arms(self, labels: list[str]) -> list[Arm]:
         """Every arm of ``labels``, in order."""
@@ -161,7 +171,7 @@ def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | P
         labels[options.reference] = first[options.reference]
         references = {p.method: options.reference for p in pairs}
     notes = [] if tuned else [f"no tuned rates for this model (results/{spec.name}/tuning.json): the common rates only"]
-    return Plan(spec.name, labels, pairs, rates, tuned, references, options, budget, notes)
+    return Plan(spec.name, labels, pairs, rates, tuned, references, options, budget, notes, dict(controls))
 
 
 def describe(plan: Plan) -> dict[str, Any]:
@@ -175,4 +185,5 @@ def describe(plan: Plan) -> dict[str, Any]:
         "options": dataclasses.asdict(plan.options),
         "budget_samples": plan.budget,
         "notes": plan.notes,
+        "credit_controls": plan.credit_controls,
     }

@@ -50,7 +50,7 @@ def _work(task: dict[str, Any]) -> list[dict[str, Any]]:
     ws = _WORKSPACE[ckpt.name]
     if task["kind"] == "segment":
         return [r for i in task["indices"] for r in segment(ws, arms, i, task["steps"])]
-    return [r for i in task["indices"] for r in paired_batch(ws, arms, i, task["pairs"])]
+    return [r for i in task["indices"] for r in paired_batch(ws, arms, i, task["pairs"], i < task["blame_batches"])]
 
 
 def _map(fn: Callable, items: list, jobs: int) -> list:
@@ -66,22 +66,35 @@ def _chunks(n: int, parts: int) -> list[list[int]]:
     return [c for c in (list(range(n))[i::parts] for i in range(parts)) if c]
 
 
-def tasks(plan: Plan, checkpoints: dict[str, list], jobs: int) -> list[dict[str, Any]]:
-    """The work after the trajectories: per checkpoint, its batches (and segments) in ``jobs`` chunks."""
+def tasks(plan: Plan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range]) -> list[dict[str, Any]]:
+    """The work on the checkpoints: each one's ``batches`` (by its key) and, in the first round (batches
+    from 0), its segments, in ``jobs`` chunks."""
     o, out = plan.options, []
     problems = o.eval_problems or next(iter(plan.labels.values())).eval.num_problems
     for ref, labels in plan.groups():
         arms = plan.arms(labels)
         pairs = [p for p in plan.pairs if plan.references[p.method] == ref]
         for ckpt in checkpoints[ref]:
+            todo = batches.get(ckpt.key, range(0))
             common = {"cfg": plan.labels[ref], "checkpoint": ckpt, "arms": arms, "problems": problems,
-                      "seed": o.seed, "pairs": pairs}  # fmt: skip
-            out += [{**common, "kind": "batch", "indices": c} for c in _chunks(o.batches, jobs)]
+                      "seed": o.seed, "pairs": pairs, "blame_batches": o.blame_batches}  # fmt: skip
+            out += [{**common, "kind": "batch", "indices": [todo[i] for i in c]} for c in _chunks(len(todo), jobs)]
+            first = todo.start == 0
             out += [
                 {**common, "kind": "segment", "indices": c, "steps": o.segment_steps}
-                for c in _chunks(o.segment_batches, jobs)
+                for c in _chunks(o.segment_batches if first else 0, jobs)
             ]
     return out
+
+
+def _round(plan: Plan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range], log) -> tuple:
+    """One round of work: (update records, segment records)."""
+    work = tasks(plan, checkpoints, jobs, batches)
+    log(f"credit probe of {plan.sweep}: {sum(len(t['indices']) for t in work)} batches and segments "
+        f"on {sum(map(len, checkpoints.values()))} checkpoints, {jobs} at a time")  # fmt: skip
+    results = _map(_work, work, jobs)
+    updates = [r for t, rs in zip(work, results) if t["kind"] == "batch" for r in rs]
+    return updates, [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
 
 
 def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -94,12 +107,18 @@ def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> 
     checkpoints: dict[str, list] = {}
     for (ref, *_), ckpts in zip(trajectories, _map(_trajectory, trajectories, jobs)):
         checkpoints.setdefault(ref, []).extend(ckpts)
-    work = tasks(plan, checkpoints, jobs)
-    log(f"credit probe of {plan.sweep}: {sum(len(t['indices']) for t in work)} batches and segments "
-        f"on {sum(map(len, checkpoints.values()))} checkpoints, {jobs} at a time")  # fmt: skip
-    results = _map(_work, work, jobs)
-    updates = [r for t, rs in zip(work, results) if t["kind"] == "batch" for r in rs]
-    segments = [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
+    every = [c for cs in checkpoints.values() for c in cs]
+    updates, segments = _round(plan, checkpoints, jobs, {c.key: range(o.batches) for c in every}, log)
+    rounds = [o.batches]
+    if o.target > 0:  # the second round: batches where the first round's variances say they are needed
+        from bench.paired.stats import allocation
+
+        need = allocation({"plan": describe(plan), "updates": updates}, o.target, o.max_batches)
+        more = {c.key: range(o.batches, need.get(c.key, o.batches)) for c in every}
+        if any(more.values()):
+            u, _ = _round(plan, checkpoints, jobs, more, log)
+            updates += u
+            rounds.append(sum(map(len, more.values())))
     order = ("reference", "seed", "phase", "batch", "segment", "label", "lr", "k")
     key = lambda r: tuple(r.get(k, 0) for k in order)  # noqa: E731
     from bench.run.fingerprint import fingerprint
@@ -112,6 +131,7 @@ def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> 
         "checkpoints": [c.info() for cs in checkpoints.values() for c in cs],
         "updates": sorted(updates, key=key),
         "segments": sorted(segments, key=key),
+        "rounds": rounds,
         "wall_s": round(time.perf_counter() - t0, 1),
         "jobs": jobs,
         "fingerprint": fingerprint(cfg.threads or 1),

@@ -28,6 +28,11 @@ class Checkpoint:
     optimizer: dict[str, Any] | None  # AdamW's state_dict; None at the base (a fresh AdamW)
 
     @property
+    def key(self) -> tuple[str, int, float]:
+        """(reference, seed, phase): the stratum its batches' records name."""
+        return self.reference, self.seed, self.phase
+
+    @property
     def name(self) -> str:
         return f"{self.reference}/seed{self.seed}/phase{self.phase:g}"
 

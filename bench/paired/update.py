@@ -120,17 +120,19 @@ def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> tuple[Ro
     return raw, seeded(lambda: method.augment(drawn.batch, sampler), stream_seed(seed, "augment"))
 
 
-def paired_batch(ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair]) -> list[dict[str, Any]]:
+def paired_batch(
+    ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair], blame: bool = True
+) -> list[dict[str, Any]]:
     """Batch ``index`` of the checkpoint: one update per arm from the checkpoint on the shared batch; one
-    record per arm."""
+    record per arm (with each label's blame alignment where ``blame``)."""
     seed = ws.seed("batch", index)
     sampler = ws.sampler(ws.policy, arms[0].cfg, seed, shared=True)
     before = [p.detach().clone() for p in ws.policy.parameters() if p.requires_grad]
-    out, blame = [], {}
+    out, aligned = [], {}
     for arm in arms:
         raw, batch = draw(ws, arm, sampler, seed)
-        if arm.label not in blame:  # the credit at the checkpoint (ratio 1) does not depend on the rate
-            blame[arm.label] = blame_alignment(ws, arm, raw, sampler)
+        if blame and arm.label not in aligned:  # the credit at the checkpoint (ratio 1) is the same at any rate
+            aligned[arm.label] = blame_alignment(ws, arm, raw, sampler)
         ws.reset()
         stats = rl_step(ws, arm, batch, ws.optimization(arm), stream_seed(seed, "update"))
         j1, _ = exact_objective(ws.scratch, ws.refs, ws.temperature)
@@ -148,7 +150,7 @@ def paired_batch(ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair]) 
                 "loss": stats.get("loss/total"),
                 "skipped": stats["train/skipped_updates"],
                 "fingerprint": fingerprint(batch),
-                **blame[arm.label],
+                **aligned.get(arm.label, {}),
             }
         )
     check_pairing(out, pairs)

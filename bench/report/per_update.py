@@ -23,51 +23,16 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from bench.paired.stats import index, settings, stratified
 from bench.report.stats import holm, mde
-
-
-def _index(records: list[dict[str, Any]], value: str) -> dict[tuple, dict[tuple, float]]:
-    """(label, lr) -> {(reference, seed, phase, batch or segment[, k]): value}."""
-    out: dict[tuple, dict[tuple, float]] = defaultdict(dict)
-    for r in records:
-        unit = (r["reference"], r["seed"], r["phase"], r.get("batch", r.get("segment")))
-        out[(r["label"], r["lr"])][unit + ((r["k"],) if "k" in r else ())] = r[value]
-    return out
-
-
-def stratified(diffs: dict[tuple, float], level: float = 0.95) -> dict[str, Any]:
-    """The mean over strata (a unit's first three fields: the checkpoint) of each stratum's mean, with its
-    standard error, Student-t interval, p-value and degrees of freedom."""
-    strata: dict[tuple, list[float]] = defaultdict(list)
-    for unit, d in diffs.items():
-        strata[unit[:3]].append(d)
-    means = [float(np.mean(v)) for v in strata.values()]
-    C = len(strata)
-    var = sum(float(np.var(v, ddof=1)) / len(v) for v in strata.values() if len(v) > 1)
-    df = sum(len(v) - 1 for v in strata.values())
-    mean, se = float(np.mean(means)), math.sqrt(var) / C
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * se if df > 0 else math.inf
-    p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 and df > 0 else (1.0 if mean == 0 else 0.0)
-    return {"mean": mean, "se": se, "lo": mean - half, "hi": mean + half, "p": p, "df": df, "n": len(diffs),
-            "checkpoints": C}  # fmt: skip
-
-
-def settings(plan: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
-    """(setting name, label -> its rate there): each common rate, then each label at its tuned rate."""
-    labels = sorted({x for p in plan["pairs"] for x in (p["method"], p["control"])})
-    out = [(f"lr {lr:g}", dict.fromkeys(labels, lr)) for lr in plan["options"]["lrs"]]
-    if plan["tuned"] and all(x in plan["tuned"] for x in labels):
-        out.append(("tuned", {x: plan["tuned"][x] for x in labels}))
-    return out
 
 
 def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any]]:
     """Every pair at every setting: the paired difference per update, pooled and per phase, its size
     relative to the control's gain, Holm within each setting, the MDE."""
     plan = probe["plan"]
-    dj = _index(probe["updates"], "dj")
+    dj = index(probe["updates"], "dj")
     out = []
     for name, rate in settings(plan):
         family = []
@@ -133,7 +98,7 @@ def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
     if not probe["segments"]:
         return []
     plan = probe["plan"]
-    dj, rows = _index(probe["segments"], "dj"), _index(probe["segments"], "rows")
+    dj, rows = index(probe["segments"], "dj"), index(probe["segments"], "rows")
     out = []
     for lr in plan["options"]["lrs"]:
         for p in plan["pairs"]:
@@ -147,8 +112,32 @@ def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def report(probe: dict[str, Any]) -> dict[str, Any]:
-    """The probe's report: the comparisons, the arms, the segments, where it ran and how long."""
+def end_to_end(probe: dict[str, Any], sweep_report: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The sweep's own verdicts for the probe's pairs (its credit family, final pass@1 over training seeds
+    at the tuned rates), in points, to set beside the per-update effects; [] without a sweep report."""
+    credit = ((sweep_report or {}).get("analysis") or {}).get("credit")
+    controls = probe["plan"].get("credit_controls") or {}
+    pairs = [(m, c) for m, cs in controls.items() for c in cs]
+    rows = credit["assessment"]["rows"] if credit else []
+    if len(rows) != len(pairs):  # a label without runs: the family's rows cannot be matched to pairs
+        return []
+    return [
+        {
+            "method": m,
+            "control": c,
+            "diff": 100 * r["diff"]["value"],
+            "lo": 100 * r["diff"]["lo"],
+            "hi": 100 * r["diff"]["hi"],
+            "p_holm": r["p_holm"],
+            "verdict": r["verdict"],
+        }  # fmt: skip
+        for (m, c), r in zip(pairs, rows)
+    ]
+
+
+def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The probe's report: the comparisons, the arms, the segments, the sweep's end-to-end verdicts for
+    the same pairs, where it ran and how long."""
     return {
         "sweep": probe["plan"]["sweep"],
         "task": probe["task"],
@@ -158,6 +147,7 @@ def report(probe: dict[str, Any]) -> dict[str, Any]:
         "comparisons": comparisons(probe),
         "arms": arms(probe),
         "segments": segments(probe),
+        "end_to_end": end_to_end(probe, sweep_report),
         "wall_s": probe["wall_s"],
         "jobs": probe["jobs"],
     }
@@ -187,8 +177,8 @@ def markdown(rep: dict[str, Any]) -> str:
         f"{rep['jobs']} process(es). dJ: one update's gain in J, points of strict pass@1.",
         "",
         "| method | control | setting | dJ method | dJ control | difference [95% CI] | relative to control's dJ "
-        "| p_Holm | MDE |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| p_Holm | MDE | by phase |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rep["comparisons"]:
         rel = r["relative"]
@@ -196,8 +186,11 @@ def markdown(rep: dict[str, Any]) -> str:
         lines.append(
             f"| {r['method']} | {r['control']} | {lr} | {r['gain_method']:.2f} | {r['gain_control']:.2f} | "
             f"{_ci(r)} | {100 * rel['mean']:+.1f}% [{100 * rel['lo']:+.1f}, {100 * rel['hi']:+.1f}] | "
-            f"{_p(r['p_holm'])} | {r['mde']:.2f} |"
+            f"{_p(r['p_holm'])} | {r['mde']:.2f} | "
+            + ", ".join(f"{ph}: {x['mean']:+.2f}" for ph, x in r["phases"].items())
+            + " |"
         )
+    lines += _beside(rep)
     lines += ["", "Each arm's update: its mean gain dJ, the first-order gain grad J . d theta (points), the cosine "
               "of d theta with grad J, and where its credit goes on failed completions (the blame token's share "
               "of |credit|, against uniform's; the blame token's rank, 0 first, 0.5 chance).", "",
@@ -221,6 +214,39 @@ def markdown(rep: dict[str, Any]) -> str:
                 f"{100 * s['shared']:.0f}% |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _beside(rep: dict[str, Any]) -> list[str]:
+    """Per update beside end to end: each pair's per-update difference at the tuned rates and at each common
+    rate, its K-step difference at the largest K, and the sweep's end-to-end difference (tuned rates)."""
+    if not rep["end_to_end"]:
+        return []
+    settings = list(dict.fromkeys(c["setting"] for c in rep["comparisons"]))
+    last_k = max((s["k"] for s in rep["segments"]), default=None)
+    head = ["method", "control", *(f"per update, {s}" for s in settings)]
+    head += [f"{last_k} updates, lr {lr:g}" for lr in rep["options"]["lrs"]] if last_k else []
+    head += ["end to end (final pass@1, tuned)", "end-to-end verdict"]
+    lines = ["", "Per update beside end to end (points; per update: of J, end to end: of sampled pass@1 over "
+             "training seeds):", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
+    for e in rep["end_to_end"]:
+        cells = [e["method"], e["control"]]
+        for s in settings:
+            rows = [
+                c
+                for c in rep["comparisons"]
+                if (c["method"], c["control"], c["setting"]) == (e["method"], e["control"], s)
+            ]
+            cells.append(_ci(rows[0]) if rows else "–")
+        for lr in rep["options"]["lrs"] if last_k else []:
+            seg = [
+                x
+                for x in rep["segments"]
+                if (x["method"], x["control"], x["lr"], x["k"]) == (e["method"], e["control"], lr, last_k)
+            ]
+            cells.append(_ci(seg[0]) if seg else "–")
+        cells += [f"{e['diff']:+.1f} [{e['lo']:+.1f}, {e['hi']:+.1f}]", e["verdict"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _p(p: float) -> str:
