@@ -142,7 +142,7 @@ def test_the_command_writes_records_and_report(spec, tmp_path):
 
     out = tmp_path / "out"
     argv = [str(spec), "--batches", "2", "--phases", "0,1", "--lrs", "2e-4", "--results_dir", str(tmp_path),
-            "--out", str(out)]  # fmt: skip
+            "--out", str(out), "--target", "0"]  # fmt: skip
     assert main(["credit-probe", *argv]) == 0
     probe = json.loads((out / "updates.json").read_text())
     assert len(probe["updates"]) == 2 * 2 * 2  # checkpoints x batches x arms (twin pair, one rate)
@@ -168,3 +168,23 @@ def test_bad_options_are_one_line(spec, tmp_path, capsys, args, message):
     assert main(["credit-probe", str(spec), "--dry_run", "--results_dir", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_allocation_by_hand():
+    """Two checkpoints of one pair, 4 batches each, the control gaining 10 points per update; the method's
+    differences +-1 at checkpoint A (sd 1.1547) and +-0.1 at B (sd 0.11547). For a half-width of 2% of the
+    gain (h = 0.2) with t(0.975, 6) = 2.4469: scale = (t / (h C))^2 (s_A + s_B) = 37.42 x 1.2702 = 47.53,
+    so A needs ceil(1.1547 x 47.53) = 55 batches and B ceil(0.11547 x 47.53) = 6; a cap of 40 holds A."""
+    from bench.paired.stats import allocation
+
+    updates = []
+    for phase, step in ((0.0, 1.0), (1.0, 0.1)):
+        for b, sign in enumerate((1, -1, 1, -1)):
+            unit = {"reference": "r", "seed": 0, "phase": phase, "batch": b}
+            updates += [{**unit, "label": "c", "lr": 1.0, "dj": 10.0},
+                        {**unit, "label": "m", "lr": 1.0, "dj": 10.0 + sign * step}]  # fmt: skip
+    probe = {"plan": {"pairs": [{"method": "m", "control": "c", "kind": "twin"}], "options": {"lrs": [1.0]},
+                      "tuned": {}}, "updates": updates}  # fmt: skip
+    assert allocation(probe, 0.02, 100) == {("r", 0, 0.0): 55, ("r", 0, 1.0): 6}
+    assert allocation(probe, 0.02, 40) == {("r", 0, 0.0): 40, ("r", 0, 1.0): 6}
+    assert allocation(probe, 0.10, 100) == {("r", 0, 0.0): 4, ("r", 0, 1.0): 4}  # met already: what it has
