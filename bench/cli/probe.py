@@ -76,7 +76,8 @@ def main(argv: list[str]) -> int:
     else:
         c = cost(plan)
         print(
-            f"credit probe of {plan.sweep}: {len(plan.pairs)} pairs, {c['trajectory_step']} reference RL steps, "
+            f"credit probe of {plan.sweep}: {len(plan.pairs)} pair{'s' * (len(plan.pairs) != 1)}, "
+            f"{c['trajectory_step']} reference RL steps, "
             f"{c['update']} paired updates, {c['segment_update']} segment updates: about "
             f"{c['core_s'] / 60 / max(a.jobs, 1):.1f} min on {a.jobs} core(s)"
         )

@@ -188,3 +188,12 @@ def test_allocation_by_hand():
     assert allocation(probe, 0.02, 100) == {("r", 0, 0.0): 55, ("r", 0, 1.0): 6}
     assert allocation(probe, 0.02, 40) == {("r", 0, 0.0): 40, ("r", 0, 1.0): 6}
     assert allocation(probe, 0.10, 100) == {("r", 0, 0.0): 4, ("r", 0, 1.0): 4}  # met already: what it has
+
+
+def test_the_sweep_prints_its_probe_cost(spec, tmp_path, capsys):
+    """`creditbench sweep SPEC --dry_run --credit_probe`: the sweep's plan, then the probe's."""
+    from bench.cli import main
+
+    assert main(["sweep", str(spec), "--dry_run", "--credit_probe", "--results_dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "credit probe of probe-tiny: 1 pair, 2 reference RL steps, 480 paired updates" in out
