@@ -3,8 +3,8 @@
 Layers, lowest first: the plug-in API (the contract of a method and a task, the registry, errors,
 numerics and the collectives of distributed.py), the run configuration (bench.config, which plug-ins
 never see), the models (bench.models: tiny policies, loading, the pretrained registry, the Hub
-architectures), then bench.engine, bench.run, bench.report, bench.perf, and bench.cli on top. A module
-imports its own layer and the ones below it, never one above; tasks/ and methods/ are plug-ins and
+architectures), then bench.engine, bench.run, bench.paired, bench.report, bench.perf, and bench.cli
+on top. A module imports its own layer and the ones below it, never one above; tasks/ and methods/ are plug-ins and
 import only the API (and their own package); nothing in bench/ imports a plug-in (it finds them
 through the registry). No two modules import each other, directly or around a longer circle. Imports inside
 functions count: a circle that only closes at call time is still a circle."""
