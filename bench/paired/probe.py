@@ -172,6 +172,6 @@ def write(out: dict[str, Any], folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "updates.json"
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(out, indent=1) + "\n")
+    tmp.write_text(json.dumps(out, separators=(",", ":")) + "\n")
     tmp.replace(path)
     return path
