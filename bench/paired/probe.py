@@ -53,13 +53,26 @@ def _work(task: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for i in task["indices"] for r in paired_batch(ws, arms, i, task["pairs"], i < task["blame_batches"])]
 
 
-def _map(fn: Callable, items: list, jobs: int) -> list:
+def _map(fn: Callable, items: list, jobs: int, log: Callable[[str], None] | None = None) -> list:
+    """``fn`` over ``items`` in ``jobs`` spawned processes (in this one for 1), in order; ``log`` hears of
+    each item done."""
+    out = []
+
+    def done(result) -> None:
+        out.append(result)
+        if log is not None:
+            log(f"  {len(out)}/{len(items)} done")
+
     if jobs <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
+        for x in items:
+            done(fn(x))
+        return out
     import multiprocessing
 
     with ProcessPoolExecutor(min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(fn, items))
+        for result in pool.map(fn, items):
+            done(result)
+    return out
 
 
 def _chunks(n: int, parts: int) -> list[list[int]]:
@@ -92,7 +105,7 @@ def _round(plan: Plan, checkpoints: dict[str, list], jobs: int, batches: dict[tu
     work = tasks(plan, checkpoints, jobs, batches)
     log(f"credit probe of {plan.sweep}: {sum(len(t['indices']) for t in work)} batches and segments "
         f"on {sum(map(len, checkpoints.values()))} checkpoints, {jobs} at a time")  # fmt: skip
-    results = _map(_work, work, jobs)
+    results = _map(_work, work, jobs, log)
     updates = [r for t, rs in zip(work, results) if t["kind"] == "batch" for r in rs]
     return updates, [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
 
