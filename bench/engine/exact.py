@@ -99,7 +99,7 @@ def objective_gradient(policy, refs: References, temperature: float = 1.0) -> li
     return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, grads)]
 
 
-def eval_reference_probs(policy, task: Task, rows: list[dict], tokenizer, temperature: float) -> list[float]:
+def eval_reference_probs(policy, task: Task, rows: list[dict], tokenizer, *, temperature: float) -> list[float]:
     """Each of ``rows``' p(r_i | x_i) at an eval point (its mean is the eval's ``ref_prob``, J; see
     bench.engine.metrics.EvalEpoch), or [] where a row has no reference. A forward pass, no sampling:
     it draws no random number, so logging J moves no sampled number of a run (tests/engine/test_exact.py)."""

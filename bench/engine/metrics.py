@@ -173,7 +173,9 @@ class EvalEpoch:
             for name in self.metrics
         }
 
-    def add(self, name: str, rows: list[dict], batch: RolloutBatch, info: list[dict], ref_probs: list[float]) -> None:
+    def add(
+        self, name: str, rows: list[dict], batch: RolloutBatch, info: list[dict], *, ref_probs: list[float]
+    ) -> None:
         """``batch``: n completions of each of ``rows`` (grouped), ``info`` the verifier's details of
         each, ``ref_probs`` each row's p(reference | prompt) ([] where the task has no references)."""
         n, seen = self.n, self.seen[name]

@@ -261,8 +261,8 @@ class RLVRModule(L.LightningModule):
         name = list(self.eval_tasks)[dataloader_idx]
         task, sampling = self.eval_tasks[name], self.eval_cfg.sampling
         batch, info = self.sampler.rollout(rows, self.eval_cfg.n, sampling, details=True, task=task)
-        ref_probs = eval_reference_probs(self.policy, task, rows, self.tokenizer, sampling.temperature)  # J's terms
-        self.evals.add(name, rows, batch, info, ref_probs)
+        ref_probs = eval_reference_probs(self.policy, task, rows, self.tokenizer, temperature=sampling.temperature)
+        self.evals.add(name, rows, batch, info, ref_probs=ref_probs)
         if self.eval_cfg.greedy:
             greedy = dataclasses.replace(self.eval_cfg.sampling, temperature=0.0)
             self.evals.add_greedy(
