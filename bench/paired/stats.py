@@ -27,6 +27,15 @@ def index(records: list[dict[str, Any]], value: str) -> dict[tuple, dict[tuple, 
     return out
 
 
+def stratum_mean(values: dict[tuple, float]) -> float:
+    """The mean over strata (checkpoints) of each stratum's mean: every checkpoint weighs the same however
+    many batches it holds."""
+    strata: dict[tuple, list[float]] = defaultdict(list)
+    for unit, v in values.items():
+        strata[unit[:3]].append(v)
+    return float(np.mean([np.mean(v) for v in strata.values()]))
+
+
 def stratified(diffs: dict[tuple, float], level: float = 0.95) -> dict[str, Any]:
     """The mean over strata (a unit's first three fields: the checkpoint) of each stratum's mean, with its
     standard error, Student-t interval, p-value and degrees of freedom."""
@@ -68,7 +77,7 @@ def allocation(probe: dict[str, Any], target: float, cap: int) -> dict[tuple, in
             by: dict[tuple, list[float]] = defaultdict(list)
             for u in units:
                 by[u[:3]].append(dj[m][u] - dj[c][u])
-            gain = abs(float(np.mean([dj[c][u] for u in units]))) if units else 0.0
+            gain = abs(stratum_mean({u: dj[c][u] for u in units})) if units else 0.0
             if not by or gain == 0 or any(len(v) < 2 for v in by.values()):
                 continue
             sd = {k: float(np.std(v, ddof=1)) for k, v in by.items()}

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.paired.stats import index, settings, stratified
+from bench.paired.stats import index, settings, stratified, stratum_mean
 from bench.report.stats import holm, mde
 
 
@@ -42,9 +42,9 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
             if not units:
                 continue
             diffs = {u: dj[m][u] - dj[c][u] for u in units}
-            gain = float(np.mean([dj[c][u] for u in units]))
+            gain = stratum_mean({u: dj[c][u] for u in units})
             row = {"setting": name, **p, "lr_method": m[1], "lr_control": c[1], "gain_method":
-                   float(np.mean([dj[m][u] for u in units])), "gain_control": gain, **stratified(diffs)}  # fmt: skip
+                   stratum_mean({u: dj[m][u] for u in units}), "gain_control": gain, **stratified(diffs)}  # fmt: skip
             row["relative"] = {k: row[k] / gain if gain else math.nan for k in ("mean", "lo", "hi")}
             row["relative_half_width"] = (row["hi"] - row["lo"]) / 2 / abs(gain) if gain else math.inf
             sd = row["se"] * math.sqrt(row["n"])
@@ -74,12 +74,16 @@ def arms(probe: dict[str, Any]) -> list[dict[str, Any]]:
             "label": label,
             "lr": lr,
             "n": len(rs),
-            **{k: float(np.mean([r[k] for r in rs])) for k in ("dj", "first_order", "cos", "step_norm")},
+            **{k: _by_checkpoint(rs, k) for k in ("dj", "first_order", "cos", "step_norm")},
             **{k: _mean([r.get(k) for r in rs]) for k in BLAME},
             "skipped": int(sum(r["skipped"] for r in rs)),
         }
         for (label, lr), rs in sorted(groups.items())
     ]
+
+
+def _by_checkpoint(records: list[dict[str, Any]], key: str) -> float:
+    return stratum_mean({(r["reference"], r["seed"], r["phase"], r["batch"]): r[key] for r in records})
 
 
 BLAME = ("blame_share", "blame_uniform_share", "blame_rank_frac")
@@ -108,7 +112,7 @@ def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
                 diffs = {u: dj[m][u] - dj[c][u] for u in units}
                 shared = float(np.mean([shared_fraction(rows[m][u], rows[c][u]) for u in units]))
                 out.append({"lr": lr, **p, "k": k, "shared": shared, **stratified(diffs),
-                            "gain_control": float(np.mean([dj[c][u] for u in units]))})  # fmt: skip
+                            "gain_control": stratum_mean({u: dj[c][u] for u in units})})  # fmt: skip
     return out
 
 
@@ -144,6 +148,7 @@ def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) ->
         "model": probe["model"],
         "options": probe["plan"]["options"],
         "checkpoints": probe["checkpoints"],
+        "batches": len({(r["reference"], r["seed"], r["phase"], r["batch"]) for r in probe["updates"]}),
         "comparisons": comparisons(probe),
         "arms": arms(probe),
         "segments": segments(probe),
@@ -169,9 +174,9 @@ def _ci(r: dict[str, Any]) -> str:
 def markdown(rep: dict[str, Any]) -> str:
     """The "Credit per update" tables: each pair at each setting, then the segments."""
     o = rep["options"]
-    ckpts = ", ".join(sorted({f"{c['phase']:g} (RL step {c['rl_step']})" for c in rep["checkpoints"]}))
+    ckpts = ", ".join(f"{p:g}" for p in sorted({c["phase"] for c in rep["checkpoints"]}))
     lines = [
-        f"Paired updates on {rep['task']} ({rep['model']}): {o['batches']} batches at each of "
+        f"Paired updates on {rep['task']} ({rep['model']}): {rep['batches']} batches on "
         f"{len(rep['checkpoints'])} checkpoints (phases of the budget: {ckpts}; reference: {o['reference']}, "
         f"seeds {', '.join(map(str, o['reference_seeds']))}), {rep['wall_s'] / 60:.1f} min of wall time on "
         f"{rep['jobs']} process(es). dJ: one update's gain in J, points of strict pass@1.",
