@@ -118,6 +118,9 @@ def test_ddp_training_keeps_the_processes_in_step(tmp_path, one_thread):
     assert base_two["per_problem_pass_at_1"] == base_one["per_problem_pass_at_1"]
     assert 0 < base_two["pass_at_1"] < 1 and base_two["pass_at_1"] == base_one["pass_at_1"]
     assert ranks[1]["eval"][0]["eval"]["arithmetic"]["per_problem_pass_at_1"] == base_two["per_problem_pass_at_1"]
+    # J's terms (bench.engine.exact), one a problem, gathered to both processes (their values are 0.0
+    # here: the scaled random policy gives the 30-token scratchpads p < 1e-45, below float32)
+    assert [len(r["eval"][0]["eval"]["arithmetic"]["per_problem_ref_prob"]) for r in ranks] == [7, 7]
 
 
 @pytest.mark.slow  # about 40 s on 2 idle cores (two processes import torch, Lightning, transformers, MLflow)
