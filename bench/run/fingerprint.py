@@ -54,6 +54,18 @@ def _cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor (``GenuineIntel``, ``AuthenticAMD``; else the architecture): MKL dispatches on it
+    even on its conditional-reproducibility branch, and the last bits of some results follow it."""
+    try:
+        return next(
+            (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("vendor_id")),
+            platform.machine(),
+        )
+    except OSError:
+        return platform.machine()
+
+
 def fingerprint(threads: int | None = None) -> dict[str, Any]:
     """This process's numerics stack (``numerics``: what decides the bits) and its machine
     (``machine``: informational; two machines whose ``numerics`` agree compute the same numbers)."""
@@ -63,6 +75,7 @@ def fingerprint(threads: int | None = None) -> dict[str, Any]:
     numerics = {
         "device": device if device == "cpu" else f"cuda {torch.cuda.get_device_name(0)}",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_vendor": cpu_vendor(),
         "mkl_cbwr": os.environ.get("MKL_CBWR", ""),
         "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
         "blas": _blas(),
