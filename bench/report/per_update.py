@@ -233,7 +233,8 @@ def _beside(rep: dict[str, Any]) -> list[str]:
     head += ["end to end (final pass@1, tuned)", "end-to-end verdict"]
     lines = ["", "Per update beside end to end (points; per update: of J, end to end: of sampled pass@1 over "
              "training seeds):", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
-    for e in rep["end_to_end"]:
+    measured = {(c["method"], c["control"]) for c in rep["comparisons"]}
+    for e in [e for e in rep["end_to_end"] if (e["method"], e["control"]) in measured]:
         cells = [e["method"], e["control"]]
         for s in settings:
             rows = [

@@ -1,6 +1,7 @@
 """End to end: warm-start a tiny policy, train it with GRPO through Lightning, and find the run,
 its metrics, params, tags and artifacts in the MLflow store. The run must learn."""
 
+import dataclasses
 import json
 
 import pytest
@@ -60,20 +61,37 @@ def more_seeds(store, result):
     return [run(cfg, progress=False, on_result=result_writer(cfg)) for cfg in cfgs]
 
 
-def test_grpo_run_learns(result, more_seeds):
-    """Learning is asserted over three training seeds, not one: a single 30-step run's paired gain
-    moves between 1.3 and 3.4 SEs with the seed and with any change to the floats (the CPU's code
-    paths, the eval's draws), so a one-seed threshold holds on one machine's trajectory only. The
-    pooled gain (the sum of three independent paired differences) is 3.4 SEs on the machine the
-    test was sized on; the test asks for 2, a margin of more than one seed's spread."""
-    runs = [result, *more_seeds]
-    for r in runs:
-        assert 0.05 < r["base"]["pass_at_1"] < 0.7, "the warm-started base must leave room for RL"
+@pytest.fixture(scope="module")
+def chain_runs(store):
+    """GRPO on chain from the pinned tiny-500k base (results/bases: the same bits on every machine, no
+    warm-start to take another path), three seeds at the flagship's settings (2,048 samples)."""
+    runs = []
+    for seed in (0, 1, 2):
+        cfg = config(store, seed=seed)
+        cfg = dataclasses.replace(
+            cfg,
+            task=TaskSpec(name="chain"),
+            rl=RLConfig(steps=16, prompts_per_step=16, group_size=8, minibatches=2, lr=2e-4),
+            eval=EvalConfig(every=16, n=4, k=[1, 4], num_problems=200),
+            warmstart=WarmStartConfig(),  # the pinned base's key
+            tracking=dataclasses.replace(cfg.tracking, sweep="e2e-chain"),
+        )
+        runs.append(run(cfg, progress=False))
+    return runs
+
+
+def test_grpo_run_learns(result, chain_runs):
+    """Learning is asserted over three training seeds from a pinned base: a run from a warm-started base
+    (``result``'s) learns or not with the base the warm-start happened to reach, which follows the
+    machine's last bits (docs/reproducibility.md); from the pinned chain base GRPO's pooled paired gain
+    over three seeds is about 30 SEs, and the test asks for 4."""
+    for r in (result, *chain_runs):
+        assert 0.05 < r["base"]["pass_at_1"] < 0.7, "the base must leave room for RL"
         assert r["final"]["pass_at_4"] >= r["final"]["pass_at_1"]
-    gain = sum(r["delta_pass_at_1"]["delta"] for r in runs)
-    se = sum(r["delta_pass_at_1"]["se"] ** 2 for r in runs) ** 0.5
-    per_seed = ", ".join(f"{r['base']['pass_at_1']:.3f} -> {r['final']['pass_at_1']:.3f}" for r in runs)
-    assert gain > 2 * se, f"pass@1 per seed {per_seed}: pooled gain {gain:.3f}, SE {se:.3f}"
+    gain = sum(r["delta_pass_at_1"]["delta"] for r in chain_runs)
+    se = sum(r["delta_pass_at_1"]["se"] ** 2 for r in chain_runs) ** 0.5
+    per_seed = ", ".join(f"{r['base']['pass_at_1']:.3f} -> {r['final']['pass_at_1']:.3f}" for r in chain_runs)
+    assert gain > 4 * se, f"pass@1 per seed {per_seed}: pooled gain {gain:.3f}, SE {se:.3f}"
     assert result["samples"] == 30 * 16 * 8 and result["tokens"] > 0
 
 
