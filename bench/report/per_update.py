@@ -45,7 +45,8 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
             gain = stratum_mean({u: dj[c][u] for u in units})
             row = {"setting": name, **p, "lr_method": m[1], "lr_control": c[1], "gain_method":
                    stratum_mean({u: dj[m][u] for u in units}), "gain_control": gain, **stratified(diffs)}  # fmt: skip
-            row["relative"] = {k: row[k] / gain if gain else math.nan for k in ("mean", "lo", "hi")}
+            rel = sorted(row[k] / gain if gain else math.nan for k in ("lo", "hi"))  # a loss flips the order
+            row["relative"] = {"mean": row["mean"] / gain if gain else math.nan, "lo": rel[0], "hi": rel[1]}
             row["relative_half_width"] = (row["hi"] - row["lo"]) / 2 / abs(gain) if gain else math.inf
             sd = row["se"] * math.sqrt(row["n"])
             row["mde"] = mde(sd, row["n"], max(row["df"], 1), m=1, power=power, paired=True)
