@@ -62,24 +62,29 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from bench.core import build_config
+    from bench.errors import CreditBenchError
     from bench.paired.plan import ProbeOptions, make_plan
     from bench.paired.probe import cost, run_probe, write
     from bench.report import per_update
 
     a = parser().parse_args(argv)
+    if a.jobs < 1:
+        raise CreditBenchError(f"--jobs must be >= 1, got {a.jobs}")
     fields = [f.name for f in dataclasses.fields(ProbeOptions)]
     options = build_config(ProbeOptions, {k: getattr(a, k) for k in fields}, "credit-probe")
     plan = make_plan(a.spec, options, a.results_dir)
     out = Path(a.out) if a.out else Path(a.results_dir) / "probes" / plan.sweep
     if a.report:
+        if not (out / "updates.json").is_file():
+            raise CreditBenchError(f"{out / 'updates.json'} not found: run the probe first (without --report)")
         probe = json.loads((out / "updates.json").read_text())
     else:
         c = cost(plan)
         print(
             f"credit probe of {plan.sweep}: {len(plan.pairs)} pair{'s' * (len(plan.pairs) != 1)}, "
             f"{c['trajectory_step']} reference RL steps, "
-            f"{c['update']} paired updates, {c['segment_update']} segment updates: about "
-            f"{c['core_s'] / 60 / max(a.jobs, 1):.1f} min on {a.jobs} core(s)"
+            f"{c['update']} paired updates, {c['segment_update']} segment updates: "
+            + (f"about {c['core_s'] / 60 / a.jobs:.1f} min on {a.jobs} core(s)" if c["core_s"] else "pace unknown")
         )
         for note in plan.notes:
             print(f"note: {note}")

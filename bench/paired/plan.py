@@ -143,9 +143,11 @@ def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | P
     for run in sweep.runs:  # the first task, model and seed of each label
         first.setdefault(run.label, run.cfg)
     if options.model is not None:
+        _check_model(options.model)
         first = {
             k: dataclasses.replace(c, model=dataclasses.replace(c.model, name=options.model)) for k, c in first.items()
         }
+    _check_references(first)
     pairs = []
     for method, ctrls in controls.items():
         for c in ctrls:
@@ -172,6 +174,33 @@ def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | P
         references = {p.method: options.reference for p in pairs}
     notes = [] if tuned else [f"no tuned rates for this model (results/{spec.name}/tuning.json): the common rates only"]
     return Plan(spec.name, labels, pairs, rates, tuned, references, options, budget, notes, dict(controls))
+
+
+def _check_model(name: str) -> None:
+    """A model the probe can load: a tiny size, a local directory, or a Hub id (from the Hub's cache)."""
+    from bench.models.policy import TINY_SIZES
+
+    if name not in TINY_SIZES and not Path(name).is_dir() and "/" not in name:
+        raise CreditBenchError(
+            f"unknown model {name!r}: give a tiny size ({', '.join(TINY_SIZES)}), a local directory or a Hub id "
+            "(org/name)"
+        )
+
+
+def _check_references(configs: dict[str, RunConfig]) -> None:
+    """J needs one reference completion per eval problem: refuse a task that has none, before any work."""
+    from bench.engine.data import load_split
+    from bench.run.resolve import resolve
+
+    cfg = next(iter(configs.values()))
+    task = resolve(cfg).task
+    row = load_split(task, "eval")[0]
+    if task.reference(row) is None:
+        raise CreditBenchError(
+            f"task {cfg.task.name!r} has no reference completion per problem (Task.reference), so the exact "
+            "objective J the probe scores is not defined for it; probe a sweep on a task that has one "
+            "(docs/tasks.md#the-exact-objective-j)"
+        )
 
 
 def describe(plan: Plan) -> dict[str, Any]:

@@ -167,14 +167,13 @@ def cost(plan: Plan) -> dict[str, float]:
         "update": arms * o.batches * ckpts,
         "segment_update": arms * o.segment_batches * o.segment_steps * ckpts,
     }
-    scale = _params(TINY_SIZES.get(cfg.model.name)) / _params(TINY_SIZES["tiny-500k"])
+    size = TINY_SIZES.get(cfg.model.name)  # another model's pace is not measured: 0, "unknown"
+    scale = _params(size) / _params(TINY_SIZES["tiny-500k"]) if size else 0.0
     return {**counts, "core_s": sum(PACE_S[k] * n for k, n in counts.items()) * scale}
 
 
-def _params(size: tuple[int, ...] | None) -> float:
-    """A tiny size's non-embedding parameters (attention with head_dim 32, and the MLP), 1 for others."""
-    if size is None:
-        return 1.0
+def _params(size: tuple[int, ...]) -> float:
+    """A tiny size's non-embedding parameters (attention with head_dim 32, and the MLP)."""
     hidden, layers, heads, kv, inter = size
     return float(layers * (2 * hidden * heads * 32 + 2 * hidden * kv * 32 + 3 * hidden * inter))
 

@@ -160,6 +160,9 @@ def test_the_command_writes_records_and_report(spec, tmp_path):
         (["--batches", "1"], "batches must be >= 2"),
         (["--reference", "nope"], "reference 'nope' is not a label of sweep 'probe-tiny'; valid: control, s_trace"),
         (["--phases", "0,2"], "phases must be fractions of the budget"),
+        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--model", "tiny-5m"], "unknown model 'tiny-5m': give a tiny size (tiny-500k, tiny-2m, tiny-8m)"),
+        (["--report", "--out", "nowhere"], "nowhere/updates.json not found: run the probe first"),
     ],
 )
 def test_bad_options_are_one_line(spec, tmp_path, capsys, args, message):
@@ -197,3 +200,16 @@ def test_the_sweep_prints_its_probe_cost(spec, tmp_path, capsys):
     assert main(["sweep", str(spec), "--dry_run", "--credit_probe", "--results_dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "credit probe of probe-tiny: 1 pair, 2 reference RL steps, 480 paired updates" in out
+
+
+def test_a_task_without_references_is_refused(tmp_path, capsys):
+    """J needs one reference completion per problem: free-form arithmetic has none, and the probe says so
+    before any work."""
+    from bench.cli import main
+
+    spec = tmp_path / "free.yaml"
+    spec.write_text(yaml.safe_dump({**SPEC, "name": "free", "tasks": [{"name": "arithmetic",
+                                    "options": {"template": "instruct"}}]}))  # fmt: skip
+    assert main(["credit-probe", str(spec), "--dry_run", "--results_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no reference completion per problem (Task.reference)" in err and len(err.splitlines()) == 1
