@@ -81,9 +81,10 @@ class HFRolloutEngine:
 
     separate: ClassVar[bool] = False
 
-    def __init__(self, model, tokenizer):
+    def __init__(self, model, tokenizer, lean: bool = True):
         self.model = model
         self.tokenizer = tokenizer
+        self.lean = lean  # decode with lean_decode where it applies (the same tokens as generate, less work)
 
     def sync(self, policy) -> None:
         pass
@@ -125,9 +126,23 @@ class HFRolloutEngine:
         tok = self.tokenizer
         was_training = self.model.training
         self.model.eval()
-        greedy = sampling.temperature == 0
         cache = self._prompt_cache(ids, mask)
-        out = self.model.generate(
+        if cache is not None and self.lean and lean_applies(self.model, sampling):
+            eos, pad = tok.eos_token_id, tok.pad_token_id
+            out = lean_decode(self.model, ids, mask, cache, max_new_tokens, sampling, eos, pad)
+        else:
+            out = self._hf_generate(ids, mask, cache, max_new_tokens, sampling)
+        self.model.train(was_training)
+        comp = out[:, ids.shape[1] :]
+        cmask, truncated = completion_mask(comp, tok.eos_token_id)
+        comp = comp.masked_fill(cmask == 0, tok.pad_token_id)
+        texts = tok.batch_decode(comp, skip_special_tokens=True)
+        return Generation(ids, mask, comp, cmask, truncated, texts)
+
+    def _hf_generate(self, ids: Tensor, mask: Tensor, cache, max_new_tokens: int, sampling: SamplingConfig) -> Tensor:
+        tok = self.tokenizer
+        greedy = sampling.temperature == 0
+        return self.model.generate(
             input_ids=ids,
             attention_mask=mask,
             do_sample=not greedy,
@@ -143,9 +158,119 @@ class HFRolloutEngine:
             synced_gpus=False,
             **({} if cache is None else {"past_key_values": cache}),
         )
-        self.model.train(was_training)
-        comp = out[:, ids.shape[1] :]
-        cmask, truncated = completion_mask(comp, tok.eos_token_id)
-        comp = comp.masked_fill(cmask == 0, tok.pad_token_id)
-        texts = tok.batch_decode(comp, skip_special_tokens=True)
-        return Generation(ids, mask, comp, cmask, truncated, texts)
+
+
+# Generation-config fields whose non-default value makes ``generate`` add a logits processor (or change
+# the stopping) that :func:`lean_decode` does not apply: with any of them set, ``generate`` samples.
+_PROCESSOR_FIELDS = (
+    "repetition_penalty",
+    "encoder_repetition_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "force_words_ids",
+    "min_length",
+    "min_new_tokens",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "sequence_bias",
+    "guidance_scale",
+    "min_p",
+    "typical_p",
+    "epsilon_cutoff",
+    "eta_cutoff",
+    "exponential_decay_length_penalty",
+    "renormalize_logits",
+    "remove_invalid_values",
+    "watermarking_config",
+    "stop_strings",
+    "max_time",
+    "num_beams",
+    "num_beam_groups",
+    "penalty_alpha",
+    "assistant_model",
+    "prompt_lookup_num_tokens",
+    "compile_config",
+    "cache_implementation",
+)
+
+
+def lean_applies(model, sampling: SamplingConfig) -> bool:
+    """Whether :func:`lean_decode` samples exactly what ``generate`` would: plain sampling at a
+    temperature (or greedy), no top-k or top-p filter, and a model whose generation config adds no
+    other logits processor."""
+    from transformers import GenerationConfig
+
+    if sampling.temperature != 0 and (sampling.top_k or sampling.top_p < 1.0):
+        return False
+    config, default = getattr(model, "generation_config", None), GenerationConfig()
+    if config is None:
+        return False
+    return all(getattr(config, f, None) == getattr(default, f, None) for f in _PROCESSOR_FIELDS)
+
+
+@torch.no_grad()
+def lean_decode(
+    model, ids: Tensor, mask: Tensor, cache, max_new_tokens: int, sampling: SamplingConfig, eos: int, pad: int
+) -> Tensor:
+    """``generate``'s sampling loop without its machinery, and without the rows that have finished.
+
+    ``cache`` holds the prompts' first P-1 tokens (:func:`bench.engine.scoring.shared_prefix_cache`);
+    each step runs the model (through :mod:`bench.engine.lean_forward` where it applies: the same
+    operations without the module machinery) on the rows still generating only (a row's logits do not
+    depend on the other rows of the batch), with the inputs ``generate`` gives it (the last token, the attention
+    mask so far, the position after the row's last real token). Sampling draws over every row, the
+    finished ones with a placeholder distribution, so the generator advances exactly as in
+    ``generate``: the same seed gives the same tokens (tests/engine/test_lean_decode.py). Returns the
+    prompts followed by the completions, a finished row padded with ``pad``, as ``generate`` does."""
+    from bench.engine import lean_forward
+
+    call = (lambda **kw: lean_forward.forward(model, **kw)) if lean_forward.supports(model) else model
+    B = ids.shape[0]
+    positions = mask.long().cumsum(-1) - 1
+    step_ids, step_pos = ids[:, -1:], positions[:, -1:]
+    attn = mask
+    rows = torch.arange(B, device=ids.device)  # the rows still generating, in batch order
+    unfinished = torch.ones(B, dtype=torch.bool, device=ids.device)
+    out = [ids]
+    V = None
+    for _ in range(max_new_tokens):
+        logits = (
+            call(
+                input_ids=step_ids,
+                attention_mask=attn,
+                position_ids=step_pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            .logits[:, -1]
+            .float()
+        )
+        V = logits.shape[-1]
+        if sampling.temperature == 0:
+            picked = torch.argmax(logits, dim=-1)
+            tokens = torch.full((B,), pad, dtype=ids.dtype, device=ids.device)
+            tokens[rows] = picked
+        else:
+            scores = logits if sampling.temperature == 1.0 else logits / sampling.temperature
+            # a finished row draws from a placeholder distribution, so every row draws as in generate
+            probs = torch.full((B, V), 1.0 / V, dtype=scores.dtype, device=scores.device)
+            probs[rows] = torch.nn.functional.softmax(scores, dim=-1)
+            tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
+            tokens = torch.where(unfinished, tokens, torch.full_like(tokens, pad))
+        out.append(tokens[:, None])
+        unfinished = unfinished & (tokens != eos)
+        if not bool(unfinished.any()):
+            break
+        keep = unfinished[rows]
+        attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=-1)
+        if not bool(keep.all()):
+            kept = torch.nonzero(keep).squeeze(-1)
+            cache.batch_select_indices(kept)
+            rows, attn = rows[kept], attn[kept]
+            step_pos = step_pos[kept]
+        step_ids, step_pos = tokens[rows][:, None], step_pos + 1
+    return torch.cat(out, dim=-1)

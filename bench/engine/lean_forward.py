@@ -1,0 +1,148 @@
+"""A causal LM's forward without its module machinery, for the dense Qwen3 decoders the benchmark trains
+(the tiny policies and Qwen3 checkpoints: RMSNorm, rotary attention with q/k norms, a SiLU-gated MLP).
+
+At the tiny sizes most of a forward's time is not arithmetic but the calls around it: every submodule's
+``__call__``, the output-capturing and argument-merging decorators, the keyword plumbing. :func:`forward`
+runs the same tensor operations, in the same order, on the model's own parameters (gradients reach
+them as usual): the RMSNorm of transformers' modelling code op for op, the same linear layers, the
+model's own rotary embedding, its mask function (``create_causal_mask``) and its attention function
+(``sdpa_attention_forward``), and the cache's own ``update``. So its outputs are the model's to the bit
+(tests/engine/test_lean_forward.py compares logits and gradients); where a model is anything else,
+:func:`supports` says no and the callers use the model itself.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+_LAYER_ATTRS = ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp")
+_ATTN_ATTRS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def supports(model) -> bool:
+    """Whether :func:`forward` computes exactly what ``model`` does: a transformers causal LM whose
+    decoder is plain (full attention through SDPA, RMSNorms of transformers' form, a SiLU-gated MLP,
+    no biases, no sliding window, no gradient checkpointing, no adapters or hooks)."""
+    return _check(model)
+
+
+def _check(model) -> bool:
+    cfg, inner = getattr(model, "config", None), getattr(model, "model", None)
+    if cfg is None or inner is None or type(model).__name__ != "Qwen3ForCausalLM":
+        return False  # a peft wrapper, a subclass, another family: anything that may change the forward
+    plain = {
+        "_attn_implementation": "sdpa",
+        "hidden_act": "silu",
+        "use_sliding_window": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
+    if any(getattr(cfg, k, v) != v for k, v in plain.items()) or getattr(inner, "gradient_checkpointing", False):
+        return False
+    if set(getattr(cfg, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+        return False
+    if (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default") != "default":
+        return False
+    modules = _modules(model)
+    if modules is None or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks for m in modules):
+        return False  # hooks (FSDP, offloading, capturing) change what a call does
+    return all(type(p) is torch.nn.Parameter for p in model.parameters())
+
+
+def _modules(model) -> list | None:
+    """Every module :func:`forward` replaces the call of, or None where a layer lacks one."""
+    inner = model.model
+    modules = [model, inner, model.lm_head, inner.embed_tokens, inner.norm, inner.rotary_emb]
+    for layer in inner.layers:
+        if not all(hasattr(layer, a) for a in _LAYER_ATTRS):
+            return None
+        attn, mlp = layer.self_attn, layer.mlp
+        if not all(hasattr(attn, a) for a in _ATTN_ATTRS):
+            return None
+        modules += [layer, layer.input_layernorm, layer.post_attention_layernorm, attn, mlp]
+        modules += [getattr(attn, a) for a in (*_ATTN_ATTRS, "q_norm", "k_norm") if getattr(attn, a, None) is not None]
+        modules += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+    return modules
+
+
+def _rms_norm(x: Tensor, norm) -> Tensor:
+    """transformers' RMSNorm, op for op."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + norm.variance_epsilon)
+    return norm.weight * h.to(dtype)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def forward(
+    model,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+    position_ids: Tensor | None = None,
+    past_key_values=None,
+    use_cache: bool = False,
+    logits_to_keep: int = 0,
+):
+    """``model(input_ids=..., attention_mask=..., position_ids=..., past_key_values=..., use_cache=...,
+    logits_to_keep=...)``, for a model :func:`supports`: an object with ``logits`` and
+    ``past_key_values``."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import create_causal_mask
+
+    inner = model.model
+    cfg = model.config
+    hidden = inner.embed_tokens(input_ids)
+    cache = past_key_values
+    if use_cache and cache is None:
+        cache = DynamicCache(config=cfg)
+    if position_ids is None:
+        past = cache.get_seq_length() if cache is not None else 0
+        position_ids = (torch.arange(hidden.shape[1], device=hidden.device) + past).unsqueeze(0)
+    mask = create_causal_mask(
+        config=cfg, inputs_embeds=hidden, attention_mask=attention_mask, cache=cache, position_ids=position_ids
+    )
+    cos, sin = inner.rotary_emb(hidden, position_ids)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    shape = hidden.shape[:-1]
+    for i, layer in enumerate(inner.layers[: cfg.num_hidden_layers]):
+        attn = layer.self_attn
+        residual = hidden
+        h = _rms_norm(hidden, layer.input_layernorm)
+        split = (*shape, -1, attn.head_dim)
+        q, k = F.linear(h, attn.q_proj.weight).view(split), F.linear(h, attn.k_proj.weight).view(split)
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = F.linear(h, attn.v_proj.weight).view(split).transpose(1, 2)
+        q = (q * cos) + (_rotate_half(q) * sin)
+        k = (k * cos) + (_rotate_half(k) * sin)
+        if cache is not None:
+            k, v = cache.update(k, v, i)
+        out, _ = sdpa_attention_forward(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling, sliding_window=None)
+        out = out.reshape(*shape, -1).contiguous()
+        hidden = residual + F.linear(out, attn.o_proj.weight)
+        residual = hidden
+        h = _rms_norm(hidden, layer.post_attention_layernorm)
+        mlp = layer.mlp
+        h = F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
+        hidden = residual + h
+    hidden = _rms_norm(hidden, inner.norm)
+    kept = hidden[:, -logits_to_keep:, :] if isinstance(logits_to_keep, int) and logits_to_keep else hidden
+    logits = F.linear(kept, model.lm_head.weight)
+    return _Output(logits, cache if use_cache else None)
+
+
+class _Output:
+    __slots__ = ("logits", "past_key_values")
+
+    def __init__(self, logits: Tensor, past_key_values) -> None:
+        self.logits, self.past_key_values = logits, past_key_values

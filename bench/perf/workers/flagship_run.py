@@ -1,0 +1,219 @@
+"""One flagship run, measured: the process bench/perf/flagship_cost.py starts (in this checkout or in
+another one, to compare two versions of the code side by side on one machine).
+
+    python bench/perf/workers/flagship_run.py OUT.json --spec SPEC --label LABEL --seed S --warm_seed W
+
+Starts as a sweep's worker does (``bench.run.worker.preload``) and runs the sweep's run
+``LABEL-...-seedW`` first (unmeasured: imports, the base-eval cache, the task's generated data, the
+allocator and the first-call costs a worker pays once), then ``LABEL-...-seedS`` with its CPU seconds
+split into phases, and writes what it measured to OUT.json. Only names that every version of the
+engine has are touched (a missing one leaves its phase at zero), so the script measures older
+checkouts too: put the checkout first on PYTHONPATH and run from it.
+
+Phases, CPU seconds of this process (``time.process_time``, one torch thread):
+rollout (the engine's generation for training), verify (the task's verifier on training rollouts),
+scoring (the no-grad passes before the update), update (forward, backward and optimizer steps), eval
+(everything inside the evaluation: its generation, verification, J), fixed (the rest: set-up, MLflow,
+data, Lightning, recording). A phase entered inside another is charged to the inner one, except
+inside eval, which keeps everything. Beside the seconds, the useful tokens each phase pushes through
+the model, for the FLOP floor (see flagship_cost.py): per forward call the distinct prompts'
+positions once and each row's completion positions, and whether it kept a graph for a backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import tempfile
+import time
+
+
+class Meter:
+    """CPU seconds by phase, with a stack: time goes to the innermost phase entered (inside eval, to eval)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.stack: list[str] = []
+        self.last = time.process_time()
+        self.on = False
+
+    def _charge(self) -> None:
+        now = time.process_time()
+        if self.on:
+            top = self.stack[-1] if self.stack else "fixed"
+            self.seconds[top] = self.seconds.get(top, 0.0) + now - self.last
+        self.last = now
+
+    def phase(self) -> str:
+        return "eval" if "eval" in self.stack else (self.stack[-1] if self.stack else "fixed")
+
+    def wrap(self, owner, name: str, phase: str) -> None:
+        fn = getattr(owner, name, None)
+        if fn is None:
+            return
+        meter = self
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            inner = "eval" if "eval" in meter.stack else phase
+            meter._charge()
+            meter.stack.append(inner)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                meter._charge()
+                meter.stack.pop()
+
+        setattr(owner, name, wrapped)
+
+
+class Tokens:
+    """Useful model positions by phase: ``fwd`` positions run without a graph, ``train`` with one
+    (forward and backward), ``logits`` positions whose logits were needed, and the sum over those
+    positions of their context length (for attention)."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
+        self.by_phase: dict[str, dict[str, float]] = {}
+
+    def add(self, prompt_ids, prompt_mask, completion_mask, grad: bool) -> None:
+        d = self.by_phase.setdefault(self.meter.phase(), {"fwd": 0, "train": 0, "logits": 0, "context": 0, "calls": 0})
+        p_len = prompt_mask.long().sum(-1)  # [B]
+        c_len = completion_mask.long().sum(-1)  # [B] completion tokens, eos included
+        _, first = _distinct(prompt_ids)
+        positions = int((p_len[first] - 1).clamp(min=0).sum()) + int(c_len.sum())
+        # context of each computed position: prompt positions 1..P-1, completion positions P..P+len-1
+        pp = (p_len[first] - 1).clamp(min=0).double()
+        context = float((pp * (pp + 1) / 2).sum())
+        start = p_len.double()
+        context += float((c_len.double() * start + c_len.double() * (c_len.double() + 1) / 2).sum())
+        d["train" if grad else "fwd"] += positions
+        d["logits"] += int(c_len.sum()) * (3 if grad else 1)
+        d["context"] += context * (3 if grad else 1)
+        d["calls"] += 1
+
+
+def _distinct(prompt_ids):
+    import torch
+
+    _, inverse = torch.unique(prompt_ids, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), len(inverse), dtype=torch.long)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(inverse)), reduce="amin")
+    return inverse, first
+
+
+def instrument(meter: Meter, tokens: Tokens) -> None:
+    import torch
+
+    import bench.engine.module as module
+    import bench.engine.rollout as rollout
+    import bench.engine.scoring as scoring
+    from bench.core import Task
+
+    classes, todo = set(), [Task]
+    while todo:
+        c = todo.pop()
+        for sub in c.__subclasses__():
+            if sub not in classes:
+                classes.add(sub)
+                todo.append(sub)
+    for cls in classes:
+        if "verify" in vars(cls):
+            meter.wrap(cls, "verify", "verify")
+    for engine in ("HFRolloutEngine", "TinyRolloutEngine"):
+        cls = getattr(rollout, engine, None)
+        if cls is not None:
+            meter.wrap(cls, "generate", "rollout")
+            meter.wrap(cls, "generate_ids", "rollout")
+    module_cls = module.RLVRModule
+    meter.wrap(module_cls, "score_batch", "scoring")
+    meter.wrap(module_cls, "update", "update")
+    meter.wrap(module_cls, "validation_step", "eval")
+    meter.wrap(module_cls, "on_validation_epoch_start", "eval")
+    meter.wrap(module_cls, "on_validation_epoch_end", "eval")
+
+    def counted(fn):
+        @functools.wraps(fn)
+        def wrapped(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *args, **kwargs):
+            tokens.add(prompt_ids, prompt_mask, completion_mask, torch.is_grad_enabled())
+            return fn(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *args, **kwargs)
+
+        return wrapped
+
+    scoring.score = counted(scoring.score)
+    try:
+        import bench.engine.exact as exact
+
+        exact.score = scoring.score
+    except ImportError:
+        pass
+    for engine in ("HFRolloutEngine", "TinyRolloutEngine"):
+        cls = getattr(rollout, engine, None)
+        if cls is None or not hasattr(cls, "_generate"):
+            continue
+        gen = cls._generate
+
+        def generated(self, ids, mask, *args, _gen=gen, **kwargs):
+            out = _gen(self, ids, mask, *args, **kwargs)
+            tokens.add(ids, mask, out.completion_mask, False)
+            return out
+
+        cls._generate = generated
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--spec", default="results/sweeps/embedded.yaml")
+    ap.add_argument("--label", default="grpo")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warm_seed", type=int, default=1)
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    scratch = tempfile.mkdtemp(prefix="flagship-")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/mlflow.db"
+    import torch
+
+    torch.set_num_threads(1)
+    import bench
+    from bench.run.sweep import load_spec
+    from bench.run.train import run
+    from bench.run.worker import preload
+
+    preload()  # as a sweep's worker starts: imports, and generated task data kept between runs
+
+    runs = {r.key: r for r in load_spec(args.spec).runs}
+    pick = {r.cfg.seed: r for r in runs.values() if r.label == args.label}
+    run(pick[args.warm_seed].cfg, progress=False)
+    meter = Meter()
+    tokens = Tokens(meter)
+    instrument(meter, tokens)
+    cfg = pick[args.seed].cfg
+    wall, cpu = time.perf_counter(), time.process_time()
+    meter.last, meter.on = cpu, True
+    result = run(cfg, progress=False)
+    meter._charge()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    final = result["final"]
+    out = {
+        "code": os.path.dirname(os.path.dirname(os.path.abspath(bench.__file__))),
+        "run": pick[args.seed].key,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "phases": meter.seconds,
+        "tokens": tokens.by_phase,
+        "samples": result["samples"],
+        "final": {k: final[k] for k in ("pass_at_1", "pass_at_4", "mean_length") if k in final},
+        "history": [h["eval"] for h in result["history"]],
+        "threads": torch.get_num_threads(),
+    }
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
