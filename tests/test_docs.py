@@ -188,6 +188,7 @@ def run_recipe(request, tmp_path_factory, warm_cache, stand_in_policy):
         log.close()
 
 
+@pytest.mark.slow  # a whole quick sweep and its report (about 75 s): CI runs it (-m slow)
 def test_recipe_run_the_benchmark(run_recipe):
     copy, out = run_recipe("run-the-benchmark.md")
     report = copy / "results" / "embedded-quick"

@@ -90,14 +90,24 @@ def forward(
     past_key_values=None,
     use_cache: bool = False,
     logits_to_keep: int = 0,
+    valid: Tensor | None = None,
 ):
     """``model(input_ids=..., attention_mask=..., position_ids=..., past_key_values=..., use_cache=...,
     logits_to_keep=...)``, for a model :func:`supports`: an object with ``logits`` and
-    ``past_key_values``."""
+    ``past_key_values``.
+
+    ``valid`` ([B, S] bool, without gradient only): the positions whose outputs are read and which
+    later positions attend to. Everything computed a position at a time (norms, projections, rotary,
+    MLP, logits) then runs on those positions only, and attention on the padded layout (zeros at the
+    other positions, which no valid position attends to): the valid positions' outputs are the same
+    bits (a row of a matrix product does not depend on the other rows), the others' logits are 0.
+    A backward would sum the weight gradients over fewer rows, in another order: so not with
+    gradients."""
     from transformers.cache_utils import DynamicCache
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import create_causal_mask
 
+    if valid is not None and torch.is_grad_enabled():
+        raise ValueError("lean_forward.forward: valid= is for passes without gradient")
     inner = model.model
     cfg = model.config
     hidden = inner.embed_tokens(input_ids)
@@ -111,34 +121,67 @@ def forward(
         config=cfg, inputs_embeds=hidden, attention_mask=attention_mask, cache=cache, position_ids=position_ids
     )
     cos, sin = inner.rotary_emb(hidden, position_ids)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    shape = hidden.shape[:-1]
+    shape = hidden.shape[:-1]  # [B, S]
+    if valid is not None:
+        index = valid.expand(shape)
+        hidden = hidden[index]  # [N, d]
+        cos, sin = cos.expand(*shape, -1)[index].unsqueeze(1), sin.expand(*shape, -1)[index].unsqueeze(1)  # [N, 1, hd]
+    else:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [B, 1, S, hd]
     for i, layer in enumerate(inner.layers[: cfg.num_hidden_layers]):
-        attn = layer.self_attn
-        residual = hidden
-        h = _rms_norm(hidden, layer.input_layernorm)
-        split = (*shape, -1, attn.head_dim)
-        q, k = F.linear(h, attn.q_proj.weight).view(split), F.linear(h, attn.k_proj.weight).view(split)
-        if getattr(attn, "q_norm", None) is not None:
-            q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = F.linear(h, attn.v_proj.weight).view(split).transpose(1, 2)
-        q = (q * cos) + (_rotate_half(q) * sin)
-        k = (k * cos) + (_rotate_half(k) * sin)
-        if cache is not None:
-            k, v = cache.update(k, v, i)
-        out, _ = sdpa_attention_forward(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling, sliding_window=None)
-        out = out.reshape(*shape, -1).contiguous()
-        hidden = residual + F.linear(out, attn.o_proj.weight)
-        residual = hidden
-        h = _rms_norm(hidden, layer.post_attention_layernorm)
-        mlp = layer.mlp
-        h = F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
-        hidden = residual + h
+        hidden = _layer(layer, i, hidden, (cos, sin), mask, cache, index if valid is not None else None, shape)
     hidden = _rms_norm(hidden, inner.norm)
-    kept = hidden[:, -logits_to_keep:, :] if isinstance(logits_to_keep, int) and logits_to_keep else hidden
-    logits = F.linear(kept, model.lm_head.weight)
-    return _Output(logits, cache if use_cache else None)
+    if valid is None:
+        kept = hidden[:, -logits_to_keep:, :] if logits_to_keep else hidden
+        return _Output(F.linear(kept, model.lm_head.weight), cache if use_cache else None)
+    keep = torch.zeros_like(index)
+    keep[:, -logits_to_keep if logits_to_keep else 0 :] = True
+    logits = hidden.new_zeros(*shape, model.lm_head.weight.shape[0])
+    logits[index & keep] = F.linear(hidden[keep[index]], model.lm_head.weight)  # the kept valid positions
+    kept = logits[:, -logits_to_keep:, :] if logits_to_keep else logits
+    return _Output(kept, cache if use_cache else None)
+
+
+def _layer(layer, i: int, hidden: Tensor, rotary, mask, cache, index: Tensor | None, shape) -> Tensor:
+    """One decoder layer, as its own forward computes it; ``index`` ([B, S] bool): ``hidden`` holds those
+    positions only ([N, d]) and attention runs on the padded layout ``shape``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    cos, sin = rotary
+    attn = layer.self_attn
+    residual = hidden
+    h = _rms_norm(hidden, layer.input_layernorm)
+    split = (*hidden.shape[:-1], -1, attn.head_dim)
+    q, k = F.linear(h, attn.q_proj.weight).view(split), F.linear(h, attn.k_proj.weight).view(split)
+    if getattr(attn, "q_norm", None) is not None:
+        q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
+    v = F.linear(h, attn.v_proj.weight).view(split)
+    if index is None:
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    q = (q * cos) + (_rotate_half(q) * sin)
+    k = (k * cos) + (_rotate_half(k) * sin)
+    if index is not None:  # to the padded layout [B, S, heads, hd], viewed as [B, heads, S, hd]
+        q, k, v = (_scatter(t, index) for t in (q, k, v))
+    if cache is not None:
+        k, v = cache.update(k, v, i)
+    out, _ = sdpa_attention_forward(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling, sliding_window=None)
+    out = out.reshape(*shape, -1).contiguous()
+    if index is not None:
+        out = out[index]
+    hidden = residual + F.linear(out, attn.o_proj.weight)
+    residual = hidden
+    h = _rms_norm(hidden, layer.post_attention_layernorm)
+    mlp = layer.mlp
+    h = F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
+    return residual + h
+
+
+def _scatter(t: Tensor, index: Tensor) -> Tensor:
+    """[N, heads, hd] at the positions of ``index`` ([B, S]) -> [B, heads, S, hd], zeros elsewhere (the
+    layout of the model's own ``view(B, S, heads, hd).transpose(1, 2)``)."""
+    full = t.new_zeros(*index.shape, *t.shape[1:])
+    full[index] = t
+    return full.transpose(1, 2)
 
 
 class _Output:

@@ -13,6 +13,7 @@ then exactly 1, as in on-policy GRPO. What scoring leaves for the update is a :c
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +22,7 @@ from torch import Tensor
 from bench.config import RLConfig
 from bench.core import NEEDS, Method, RolloutBatch
 from bench.distributed import all_sum
-from bench.engine import microbatch
+from bench.engine import lean_forward, microbatch
 from bench.errors import CreditBenchError
 from bench.numerics import entropy_from_logits, token_logprobs
 
@@ -218,13 +219,19 @@ def _score(
     kwargs = {"output_hidden_states": True} if with_hidden and norm is None else {}
     if cache is not None:
         kwargs.update(past_key_values=cache, use_cache=True)
+    call = model
+    if handle is None and not kwargs.get("output_hidden_states") and lean_forward.supports(model):
+        # the same operations without the module machinery; without gradient, only on the positions
+        # that are read or attended to (the prompts' real tokens and each row's completion)
+        valid = None if torch.is_grad_enabled() else torch.cat([prompt_mask[:, start:], completion_mask], 1).bool()
+        call = functools.partial(lean_forward.forward, model, valid=valid)
     try:
         if not masked:
             # No left padding: plain causal attention is exact for every real token (right padding
             # only follows them), and lets attention take its unmasked fast path.
-            out = model(input_ids=input_ids, logits_to_keep=T + 1, **kwargs)
+            out = call(input_ids=input_ids, logits_to_keep=T + 1, **kwargs)
         else:
-            out = model(
+            out = call(
                 input_ids=input_ids,
                 attention_mask=attn,
                 position_ids=position_ids[:, start:],

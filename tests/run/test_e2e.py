@@ -80,6 +80,7 @@ def chain_runs(store):
     return runs
 
 
+@pytest.mark.slow  # three flagship-size GRPO runs (about 90 s): CI runs it (-m slow)
 def test_grpo_run_learns(result, chain_runs):
     """Learning is asserted over three training seeds from a pinned base: a run from a warm-started base
     (``result``'s) learns or not with the base the warm-start happened to reach, which follows the

@@ -154,6 +154,7 @@ def _comparable(report: dict) -> dict:
     return {"rows": rows, "credit_maps": report["credit_maps"], "runs": report["runs"]}
 
 
+@pytest.mark.slow  # two sweeps, one interrupted (about 90 s): CI runs it (-m slow)
 def test_interrupted_sweep_resumes_to_the_same_report(tmp_path, env):
     whole = write_spec(tmp_path, name="whole", seeds=[0])
     p = subprocess.run(sweep_cmd(whole, env), capture_output=True, text=True, cwd=REPO, env=env, timeout=900)

@@ -80,11 +80,16 @@ class Tokens:
         self.by_phase: dict[str, dict[str, float]] = {}
 
     def add(self, prompt_ids, prompt_mask, completion_mask, grad: bool) -> None:
-        d = self.by_phase.setdefault(self.meter.phase(), {"fwd": 0, "train": 0, "logits": 0, "context": 0, "calls": 0})
+        keys = ("fwd", "train", "logits", "context", "calls", "padded")
+        d = self.by_phase.setdefault(self.meter.phase(), dict.fromkeys(keys, 0))
         p_len = prompt_mask.long().sum(-1)  # [B]
         c_len = completion_mask.long().sum(-1)  # [B] completion tokens, eos included
         _, first = _distinct(prompt_ids)
         positions = int((p_len[first] - 1).clamp(min=0).sum()) + int(c_len.sum())
+        # what a pass over the padded layout computes: each distinct prompt's columns in use once, each
+        # row's last prompt column and every completion column up to the longest completion
+        p_cols = int(prompt_mask.bool().any(0).sum())
+        d["padded"] += len(first) * max(p_cols - 1, 0) + len(c_len) * (1 + int(c_len.max()))
         # context of each computed position: prompt positions 1..P-1, completion positions P..P+len-1
         pp = (p_len[first] - 1).clamp(min=0).double()
         context = float((pp * (pp + 1) / 2).sum())
@@ -195,7 +200,15 @@ def main() -> None:
     cfg = pick[args.seed].cfg
     wall, cpu = time.perf_counter(), time.process_time()
     meter.last, meter.on = cpu, True
-    result = run(cfg, progress=False)
+    profile = os.environ.get("FLAGSHIP_PROFILE")  # a path: the measured run's cProfile statistics go there
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        result = profiler.runcall(run, cfg, progress=False)
+        profiler.dump_stats(profile)
+    else:
+        result = run(cfg, progress=False)
     meter._charge()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     final = result["final"]
@@ -210,6 +223,7 @@ def main() -> None:
         "final": {k: final[k] for k in ("pass_at_1", "pass_at_4", "mean_length") if k in final},
         "history": [h["eval"] for h in result["history"]],
         "threads": torch.get_num_threads(),
+        "result": {k: v for k, v in result.items() if k not in ("wall_s", "mlflow_run_id", "fingerprint")},
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
