@@ -1,14 +1,15 @@
 """Benchmark: what a flagship run costs, by phase, beside the FLOP floor of each phase.
 
     python -m bench.perf.flagship_cost [--spec results/sweeps/embedded.yaml] [--label grpo] [--seed 0]
-                                       [--warm_seed 1] [--repeats 3] [--baseline PATH] [--out results/benchmarks]
+                                       [--warm_label s_trace] [--repeats 3] [--baseline PATH] [--out results/benchmarks]
 
 A flagship run is one run of the embedded benchmark as its sweep runs it: tiny-500k on chain, 2,048
 training samples in 16 rollout batches of 128, two minibatches each, evaluated on 200 problems x 4
 samples at the end, one torch thread, in a worker process (imports, the base-eval cache and the
 task's generated data paid once, by an earlier run of another seed). Each measurement is a fresh
-process (bench/perf/workers/flagship_run.py) that runs seed ``--warm_seed`` unmeasured and then
-seed ``--seed`` measured: its CPU seconds, split into rollout (generation for training), verify,
+process (bench/perf/workers/flagship_run.py) that runs label ``--warm_label`` of the same seed
+unmeasured (a sweep's labels share their seed's base eval: one computes it, the others reuse it) and
+then label ``--label`` measured: its CPU seconds, split into rollout (generation for training), verify,
 scoring (the no-grad passes before the update), update (forward, backward, optimizer steps), eval
 (generation, verification and J of the evaluation) and fixed (everything else: set-up, MLflow, data,
 Lightning, the record). ``--repeats`` processes, one at a time; the medians are reported.
@@ -50,7 +51,7 @@ LABELS = {
     "scoring": "scoring (no-grad passes before the update)",
     "update": "update (forward, backward, optimizer)",
     "eval": "eval (generation, verification, J)",
-    "fixed": "fixed (set-up, MLflow, data, Lightning, record)",
+    "fixed": "fixed (set-up, MLflow, data, Lightning, the run's credit probe, record)",
 }
 UNCOMPARED = ("policy_dir", "base_checkpoint")  # paths of the checkout that ran it
 
@@ -64,7 +65,7 @@ def measure(code: Path, args, repeats: int) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "run.json"
             cmd = [sys.executable, str(WORKER), str(path), "--spec", args.spec, "--label", args.label]
-            cmd += ["--seed", str(args.seed), "--warm_seed", str(args.warm_seed)]
+            cmd += ["--seed", str(args.seed), "--warm_label", args.warm_label]
             done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
@@ -154,7 +155,7 @@ def markdown(data: dict[str, Any]) -> str:
         "# What a flagship run costs, by phase, beside its FLOP floor",
         "",
         f"Machine: {machine_line(data['machine'])}. `{data['command']}`: run `{now['run']}` of "
-        f"`{data['spec']}` in a worker-like process (an unmeasured run of seed {data['warm_seed']} first), "
+        f"`{data['spec']}` in a worker-like process (an unmeasured run of label {data['warm_label']} first), "
         f"{data['repeats']} processes one at a time, medians. CPU seconds of the process, one torch thread.",
         "",
         f"FLOP floor: the useful positions of each phase (no padding, no finished row, each distinct prompt "
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--spec", default="results/sweeps/embedded.yaml")
     ap.add_argument("--label", default="grpo")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--warm_seed", type=int, default=1)
+    ap.add_argument("--warm_label", default="s_trace")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline", default=None, help="a checkout of older code to measure the same run with")
     ap.add_argument("--baseline_label", default=None, help="what to call it in the report (its commit)")
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine(torch_threads=1),
         "command": "python -m bench.perf.flagship_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
         "spec": args.spec,
-        "warm_seed": args.warm_seed,
+        "warm_label": args.warm_label,
         "repeats": args.repeats,
         "gemm_flops": rate,
         "model": f,

@@ -1,12 +1,12 @@
 """One flagship run, measured: the process bench/perf/flagship_cost.py starts (in this checkout or in
 another one, to compare two versions of the code side by side on one machine).
 
-    python bench/perf/workers/flagship_run.py OUT.json --spec SPEC --label LABEL --seed S --warm_seed W
+    python bench/perf/workers/flagship_run.py OUT.json --spec SPEC --label LABEL --seed S --warm_label W
 
 Starts as a sweep's worker does (``bench.run.worker.preload``) and runs the sweep's run
-``LABEL-...-seedW`` first (unmeasured: imports, the base-eval cache, the task's generated data, the
-allocator and the first-call costs a worker pays once), then ``LABEL-...-seedS`` with its CPU seconds
-split into phases, and writes what it measured to OUT.json. Only names that every version of the
+``W-...-seedS`` first (unmeasured: imports, the task's generated data, the allocator and the first-call
+costs a worker pays once, and the base eval of seed S, which a sweep computes once for all its labels),
+then ``LABEL-...-seedS`` with its CPU seconds split into phases, and writes what it measured to OUT.json. Only names that every version of the
 engine has are touched (a missing one leaves its phase at zero), so the script measures older
 checkouts too: put the checkout first on PYTHONPATH and run from it.
 
@@ -175,7 +175,7 @@ def main() -> None:
     ap.add_argument("--spec", default="results/sweeps/embedded.yaml")
     ap.add_argument("--label", default="grpo")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--warm_seed", type=int, default=1)
+    ap.add_argument("--warm_label", default="s_trace")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -192,12 +192,12 @@ def main() -> None:
     preload()  # as a sweep's worker starts: imports, and generated task data kept between runs
 
     runs = {r.key: r for r in load_spec(args.spec).runs}
-    pick = {r.cfg.seed: r for r in runs.values() if r.label == args.label}
-    run(pick[args.warm_seed].cfg, progress=False)
+    pick = {r.label: r for r in runs.values() if r.cfg.seed == args.seed}
+    run(pick[args.warm_label].cfg, progress=False)
     meter = Meter()
     tokens = Tokens(meter)
     instrument(meter, tokens)
-    cfg = pick[args.seed].cfg
+    cfg = pick[args.label].cfg
     wall, cpu = time.perf_counter(), time.process_time()
     meter.last, meter.on = cpu, True
     profile = os.environ.get("FLAGSHIP_PROFILE")  # a path: the measured run's cProfile statistics go there
@@ -214,7 +214,7 @@ def main() -> None:
     final = result["final"]
     out = {
         "code": os.path.dirname(os.path.dirname(os.path.abspath(bench.__file__))),
-        "run": pick[args.seed].key,
+        "run": pick[args.label].key,
         "cpu_s": cpu,
         "wall_s": wall,
         "phases": meter.seconds,
