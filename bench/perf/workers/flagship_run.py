@@ -6,9 +6,10 @@ another one, to compare two versions of the code side by side on one machine).
 Starts as a sweep's worker does (``bench.run.worker.preload``) and runs the sweep's run
 ``W-...-seedS`` first (unmeasured: imports, the task's generated data, the allocator and the first-call
 costs a worker pays once, and the base eval of seed S, which a sweep computes once for all its labels),
-then ``LABEL-...-seedS`` with its CPU seconds split into phases, and writes what it measured to OUT.json. Only names that every version of the
-engine has are touched (a missing one leaves its phase at zero), so the script measures older
-checkouts too: put the checkout first on PYTHONPATH and run from it.
+then ``LABEL-...-seedS`` with its CPU seconds split into phases, and writes what it measured to
+OUT.json. Only names that every version of the engine has are touched (a missing one leaves its
+phase at zero), so the script measures older checkouts too: put the checkout first on PYTHONPATH and
+run from it.
 
 Phases, CPU seconds of this process (``time.process_time``, one torch thread):
 rollout (the engine's generation for training), verify (the task's verifier on training rollouts),
