@@ -4,7 +4,7 @@
 # against their placebo), and GRPO, on a credit-sensitive task (chain), tiny-500k, 18 seeds, at an exact
 # budget of training samples and learning rates tuned first (on other seeds and held-out train problems);
 # then the report with Holm-corrected comparisons, twins first.
-#   ./run_all.sh           results/sweeps/embedded.yaml: 54 tuning + 162 runs, about 40 min on 2 cores
+#   ./run_all.sh           results/sweeps/embedded.yaml: 72 tuning + 162 runs, about 20 min on 2 cores
 #   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace on chain, 3 seeds (minutes)
 #   ./run_all.sh SPEC.yaml any sweep spec (results/sweeps/embedded-long.yaml: every method, tuned lr; days)
 # JOBS=N runs N at a time (default 2 worker processes, one core each); MLFLOW_TRACKING_URI names

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -53,7 +54,14 @@ def log_task_data(logger, task_name: str, task, split: str, rows, context: str) 
             _ENTITIES.clear()
         _ENTITIES[key] = entity
     tags = [InputTag("mlflow.data.context", context)]
-    logger.experiment.log_inputs(logger.run_id, datasets=[DatasetInput(entity, tags)])
+    for attempt in range(3):
+        try:
+            logger.experiment.log_inputs(logger.run_id, datasets=[DatasetInput(entity, tags)])
+            return
+        except Exception as e:  # two runs adding the same dataset at once: one insert wins, the other links it
+            if "UNIQUE constraint" not in str(e) and "duplicate key" not in str(e) or attempt == 2:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def _sampled_schema(dataset, frame) -> None:
