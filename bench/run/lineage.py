@@ -13,7 +13,7 @@ from pathlib import Path
 
 SCHEMA_ROWS = 1000
 """Rows a dataset input's schema is inferred from (a task's columns have one type each; MLflow's own
-inference walks every value of every row, seconds on a 100,000-row train split)."""
+inference walks every value of every row, seconds on a 200,000-row train split)."""
 
 _ENTITIES: dict[tuple, object] = {}
 """The dataset entities this process has built, by task, split, source and content fingerprint: a
