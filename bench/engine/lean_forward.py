@@ -13,6 +13,9 @@ model's own rotary embedding, its mask function (``create_causal_mask``) and its
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -28,7 +31,29 @@ def supports(model) -> bool:
     return _check(model)
 
 
+@functools.lru_cache(maxsize=1)
+def _transformers_api() -> bool:
+    """Whether the installed transformers has the functions :func:`forward` calls, with the arguments it
+    passes (the modelling code it replicates is transformers 5's: another version's model runs itself)."""
+    try:
+        import transformers
+        from transformers.cache_utils import DynamicCache
+        from transformers.integrations import sdpa_attention
+        from transformers.masking_utils import create_causal_mask
+    except ImportError:
+        return False
+    mask_args = inspect.signature(create_causal_mask).parameters
+    return (
+        int(transformers.__version__.split(".")[0]) >= 5
+        and {"config", "inputs_embeds", "attention_mask", "cache", "position_ids"} <= set(mask_args)
+        and hasattr(sdpa_attention, "sdpa_attention_forward")
+        and hasattr(DynamicCache, "update")
+    )
+
+
 def _check(model) -> bool:
+    if not _transformers_api():
+        return False
     cfg, inner = getattr(model, "config", None), getattr(model, "model", None)
     if cfg is None or inner is None or type(model).__name__ != "Qwen3ForCausalLM":
         return False  # a peft wrapper, a subclass, another family: anything that may change the forward
