@@ -118,3 +118,18 @@ def test_lean_forward_refuses_what_it_does_not_replicate(tiny):
 
     adapted = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj"]))
     assert not lean_forward.supports(adapted)
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_lean_decode_at_the_smallest_budgets_and_one_row(tiny, budget):
+    model, tok = tiny
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=budget)
+    out = {}
+    for lean in (False, True):
+        torch.manual_seed(3)
+        engine = HFRolloutEngine(model, tok, lean=lean)
+        out[lean] = (engine.generate(PROMPTS[:1], 1, sampling), engine.generate(PROMPTS, 3, sampling), torch.rand(2))
+    for a, b in zip(out[False][:2], out[True][:2]):
+        assert a.completion_ids.shape[1] <= budget
+        assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.truncated, b.truncated)
+    assert torch.equal(out[False][2], out[True][2])
