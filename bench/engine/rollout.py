@@ -223,7 +223,7 @@ def lean_decode(
     depend on the other rows of the batch), with the inputs ``generate`` gives it (the last token, the attention
     mask so far, the position after the row's last real token). Sampling draws over every row, the
     finished ones with a placeholder distribution, so the generator advances exactly as in
-    ``generate``: the same seed gives the same tokens (tests/engine/test_lean_decode.py). Returns the
+    ``generate``: the same seed gives the same tokens (tests/engine/test_lean.py). Returns the
     prompts followed by the completions, a finished row padded with ``pad``, as ``generate`` does."""
     from bench.engine import lean_forward
 
@@ -235,7 +235,6 @@ def lean_decode(
     rows = torch.arange(B, device=ids.device)  # the rows still generating, in batch order
     unfinished = torch.ones(B, dtype=torch.bool, device=ids.device)
     out = [ids]
-    V = None
     for _ in range(max_new_tokens):
         logits = (
             call(

@@ -39,6 +39,20 @@ def char_tokenizer():
     )
 
 
+def matrix_params(config) -> int:
+    """A decoder's matrix parameters, the ones every position multiplies by (attention's q, k, v, o and
+    the gated MLP's three; no embedding, no norm): from a transformers config."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    h, heads, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    per_layer = 2 * h * heads * head_dim + 2 * h * kv * head_dim + 3 * h * config.intermediate_size
+    return per_layer * config.num_hidden_layers
+
+
+def tiny_matrix_params(size: str) -> int:
+    """:func:`matrix_params` of a tiny size (with the character vocabulary; the vocabulary does not enter)."""
+    return matrix_params(tiny_config(size, len(SPECIAL_TOKENS) + len(CHARS)))
+
+
 def tiny_config(size: str, vocab_size: int, max_positions: int = 256):
     from transformers import Qwen3Config
 

@@ -154,7 +154,7 @@ def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> 
 def cost(plan: Plan) -> dict[str, float]:
     """What the probe will spend: trajectories' RL steps, updates, segment updates, and the seconds of one
     core at the measured pace (scaled by the model's parameters)."""
-    from bench.models.policy import TINY_SIZES
+    from bench.models.policy import TINY_SIZES, tiny_matrix_params
 
     o = plan.options
     cfg = next(iter(plan.labels.values()))
@@ -167,15 +167,9 @@ def cost(plan: Plan) -> dict[str, float]:
         "update": arms * o.batches * ckpts,
         "segment_update": arms * o.segment_batches * o.segment_steps * ckpts,
     }
-    size = TINY_SIZES.get(cfg.model.name)  # another model's pace is not measured: 0, "unknown"
-    scale = _params(size) / _params(TINY_SIZES["tiny-500k"]) if size else 0.0
+    size = cfg.model.name  # another model's pace is not measured: 0, "unknown"
+    scale = tiny_matrix_params(size) / tiny_matrix_params("tiny-500k") if size in TINY_SIZES else 0.0
     return {**counts, "core_s": sum(PACE_S[k] * n for k, n in counts.items()) * scale}
-
-
-def _params(size: tuple[int, ...]) -> float:
-    """A tiny size's non-embedding parameters (attention with head_dim 32, and the MLP)."""
-    hidden, layers, heads, kv, inter = size
-    return float(layers * (2 * hidden * heads * 32 + 2 * hidden * kv * 32 + 3 * hidden * inter))
 
 
 def write(out: dict[str, Any], folder: str | Path) -> Path:

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.errors import CreditBenchError
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 
 WORKER = Path(__file__).parent / "workers" / "flagship_run.py"
@@ -67,9 +68,9 @@ def measure(code: Path, args, repeats: int) -> list[dict[str, Any]]:
             cmd = [sys.executable, str(WORKER), str(path), "--spec", args.spec, "--label", args.label]
             cmd += ["--seed", str(args.seed), "--warm_label", args.warm_label]
             done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
-            if done.returncode != 0:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-                raise RuntimeError(f"the measured run at {code} failed:\n" + "\n".join(tail))
+            if done.returncode != 0:  # its last line says why (a bad label or seed: the valid ones)
+                last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+                raise CreditBenchError(f"the measured run with the code at {code} failed: {last}")
             out.append(json.loads(path.read_text()))
     return out
 
@@ -133,20 +134,18 @@ def fusion_probe(size: str, rows: int = 64, widths: tuple[int, ...] = (50, 53, 5
 
 def model_flops(size: str) -> dict[str, float]:
     """The per-position FLOP terms of a tiny model (bench/models/policy.py)."""
-    from bench.models.policy import TINY_SIZES, char_tokenizer
+    from bench.models.policy import char_tokenizer, matrix_params, tiny_config
 
-    hidden, layers, heads, kv_heads, inter = TINY_SIZES[size]
-    head_dim = 32
-    per_layer = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2 + 3 * hidden * inter
-    vocab = len(char_tokenizer())
+    c = tiny_config(size, len(char_tokenizer()))
+    params = matrix_params(c)
     return {
-        "matrix_params": per_layer * layers,
-        "linear": 2.0 * per_layer * layers,  # per position
-        "attention": 4.0 * layers * heads * head_dim,  # per position and position attended
-        "logits": 2.0 * hidden * vocab,  # per position whose logits are read
-        "hidden": hidden,
-        "layers": layers,
-        "vocab": vocab,
+        "matrix_params": params,
+        "linear": 2.0 * params,  # per position
+        "attention": 4.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim,  # per position attended
+        "logits": 2.0 * c.hidden_size * c.vocab_size,  # per position whose logits are read
+        "hidden": c.hidden_size,
+        "layers": c.num_hidden_layers,
+        "vocab": c.vocab_size,
     }
 
 
@@ -288,6 +287,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no_fusion", action="store_true", help="skip the torch.compile probe of the update")
     ap.add_argument("--out", default="results/benchmarks")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        raise CreditBenchError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.baseline and not (Path(args.baseline) / "bench" / "perf").is_dir():
+        raise CreditBenchError(
+            f"--baseline {args.baseline} is not a checkout of this project (no bench/perf there); make one with "
+            "`git worktree add PATH COMMIT`"
+        )
     here = Path(__file__).resolve().parents[2]
     base_runs = measure(Path(args.baseline).resolve(), args, args.repeats) if args.baseline else None
     now_runs = measure(here, args, args.repeats)

@@ -41,8 +41,10 @@ def log_task_data(logger, task_name: str, task, split: str, rows, context: str) 
         from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
 
         origin = HuggingFaceDatasetSource(source.hub, config_name=source.hub_config, split=source.hub_split)
-    key = (task_name, task.VERSION, split, str(origin), getattr(rows, "_fingerprint", None) or id(rows), len(rows))
-    entity = _ENTITIES.get(key)
+    fingerprint = getattr(rows, "_fingerprint", None)  # the content's: rows without one are built each time
+    where = origin if isinstance(origin, str) else origin.to_json()  # a source object's repr names its address
+    key = (task_name, task.VERSION, split, where, fingerprint, len(rows))
+    entity = _ENTITIES.get(key) if fingerprint else None
     if entity is None:
         with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so for every path
             warnings.simplefilter("ignore", UserWarning)
@@ -50,16 +52,18 @@ def log_task_data(logger, task_name: str, task, split: str, rows, context: str) 
             dataset = mlflow.data.from_pandas(frame, source=origin, name=f"{task_name}-v{task.VERSION}-{split}")
         _sampled_schema(dataset, frame)
         entity = dataset._to_mlflow_entity()
-        if len(_ENTITIES) >= 16:
-            _ENTITIES.clear()
-        _ENTITIES[key] = entity
+        if fingerprint:
+            if len(_ENTITIES) >= 16:
+                _ENTITIES.clear()
+            _ENTITIES[key] = entity
     tags = [InputTag("mlflow.data.context", context)]
     for attempt in range(3):
         try:
             logger.experiment.log_inputs(logger.run_id, datasets=[DatasetInput(entity, tags)])
             return
         except Exception as e:  # two runs adding the same dataset at once: one insert wins, the other links it
-            if "UNIQUE constraint" not in str(e) and "duplicate key" not in str(e) or attempt == 2:
+            raced = "UNIQUE constraint" in str(e) or "duplicate key" in str(e)  # SQLite's, PostgreSQL's words
+            if not raced or attempt == 2:
                 raise
             time.sleep(0.2 * (attempt + 1))
 

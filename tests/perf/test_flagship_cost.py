@@ -101,3 +101,24 @@ def test_one_measured_run_end_to_end(tmp_path):
     assert sum(run["phases"].values()) == pytest.approx(run["cpu_s"], rel=0.02)
     assert {"rollout", "scoring", "update", "eval"} <= set(run["tokens"])
     assert run["result"]["base_eval_reused"]  # the warm-up computed the seed's base eval
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+        (["--baseline", "/nonexistent"], "--baseline /nonexistent is not a checkout of this project"),
+        (
+            ["--label", "grpp", "--no_fusion"],
+            "no run of label 'grpp' and seed 0 in results/sweeps/embedded.yaml; labels:",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exit_:
+        fc.run_script(lambda: fc.main([*args, "--out", str(tmp_path)]), "python -m bench.perf.flagship_cost")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())

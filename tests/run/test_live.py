@@ -254,6 +254,56 @@ def test_task_data_is_logged_with_its_source(tmp_path, monkeypatch):
     logger.end()
 
 
+def test_a_large_split_is_described_once_from_its_first_rows(tmp_path, monkeypatch):
+    """A 2,500-row split: its schema from the first 1,000 rows is MLflow's own from all of them; a worker's
+    second run reuses the entity; an insert another run made at the same moment is linked, not refused."""
+    import datasets
+    from mlflow.data import from_pandas
+    from mlflow.tracking import MlflowClient
+
+    from bench.run import lineage
+    from bench.run.tracking import make_logger
+
+    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
+    monkeypatch.delenv("CREDITBENCH_DATA", raising=False)
+    monkeypatch.setattr(lineage, "_ENTITIES", {})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    n = 2500
+    rows = datasets.Dataset.from_dict({"id": [str(i) for i in range(n)], "question": ["1+1"] * n, "answer": ["2"] * n})
+
+    class Generated:
+        VERSION = "1"
+
+        def __init__(self):
+            self.config = type("Config", (), {"__dataclass_fields__": {}})()
+
+    task = Generated()
+    monkeypatch.setattr(lineage.dataclasses, "asdict", lambda c: {"seed": 0})
+    first = make_logger(uri, "creditbench", "lineage-a", {})
+    lineage.log_task_data(first, "gen", task, "train", rows, "training")
+    assert len(lineage._ENTITIES) == 1
+    (entity,) = lineage._ENTITIES.values()
+    assert entity.schema == from_pandas(rows.to_pandas()).to_dict()["schema"]  # all rows' schema, as MLflow infers it
+    second = make_logger(uri, "creditbench", "lineage-b", {})
+    calls = []
+    real = second.experiment.log_inputs
+
+    def raced(*args, **kwargs):  # the other run's insert lands first, once
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(second.experiment, "log_inputs", raced)
+    lineage.log_task_data(second, "gen", task, "train", rows, "training")
+    assert len(calls) == 2 and len(lineage._ENTITIES) == 1
+    client = MlflowClient(uri)
+    for logger in (first, second):
+        (got,) = client.get_run(logger.run_id).inputs.dataset_inputs
+        assert got.dataset.digest == entity.digest and json.loads(got.dataset.profile)["num_rows"] == n
+        logger.end()
+
+
 def test_a_run_shorter_than_one_sampling_interval_still_has_system_metrics(tmp_path, monkeypatch):
     """The monitor samples every 600 s here, and the run ends at once: its end publishes one sample."""
     from mlflow.tracking import MlflowClient

@@ -170,7 +170,7 @@ def instrument(meter: Meter, tokens: Tokens) -> None:
         cls._generate = generated
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--spec", default="results/sweeps/embedded.yaml")
@@ -194,6 +194,12 @@ def main() -> None:
 
     runs = {r.key: r for r in load_spec(args.spec).runs}
     pick = {r.label: r for r in runs.values() if r.cfg.seed == args.seed}
+    for name in (args.label, args.warm_label):
+        if name not in pick:
+            valid = ", ".join(sorted(pick)) or f"none: seed {args.seed} is not one of the sweep's seeds"
+            print(f"flagship_run: no run of label {name!r} and seed {args.seed} in {args.spec}; labels: {valid}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     run(pick[args.warm_label].cfg, progress=False)
     meter = Meter()
     tokens = Tokens(meter)
@@ -228,6 +234,7 @@ def main() -> None:
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
