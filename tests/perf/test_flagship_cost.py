@@ -81,12 +81,33 @@ def test_meter_charges_the_innermost_phase_and_eval_keeps_everything():
     assert set(meter.seconds) <= {"eval", "fixed"} and meter.seconds["eval"] >= 0.05
 
 
+def test_op_split_times_matrix_products_and_attention_by_phase():
+    meter = flagship_run.Meter()
+
+    class Engine:
+        def update(self, x):
+            y = torch.nn.functional.linear(x, torch.ones(8, 8), torch.ones(8))  # addmm
+            q = y.view(1, 1, 4, 8)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q) + (x @ x.T).sum()
+
+    meter.wrap(Engine, "update", "update")
+    split = flagship_run.OpSplit(meter)
+    meter.last, meter.on = time.process_time(), True
+    with split.mode:
+        out = Engine().update(torch.ones(4, 8))
+        torch.ones(3, 3) @ torch.ones(3, 3)  # outside any phase: fixed
+    assert out.shape == (1, 1, 4, 8)
+    assert split.seconds["update"]["matmul"] > 0 and split.seconds["update"]["attention"] > 0
+    assert split.seconds["fixed"]["matmul"] > 0 and split.seconds["fixed"]["attention"] == 0
+
+
 def test_the_committed_report_is_rebuilt_from_its_json():
     data = json.loads((ROOT / "results" / "benchmarks" / "flagship_cost.json").read_text())
     committed = (ROOT / "results" / "benchmarks" / "flagship_cost.md").read_text()
     assert fc.markdown(data).rstrip("\n") + "\n" == committed
     assert data["differences"] == [] and data["compared"] > 500  # the engine changes kept every number
     assert set(data["now"]["phases"]) == set(fc.PHASES)
+    assert data["ops"]["update"]["matmul"] > 0  # the matrix products were timed
 
 
 @pytest.mark.slow
