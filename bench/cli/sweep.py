@@ -25,7 +25,6 @@ def _fail(msg: str) -> int:
 def main(argv: list[str]) -> int:
     from bench.report.files import markdown, write_report
     from bench.run import tuning
-    from bench.run.launch import run_sweep
     from bench.run.sweep import load_spec
 
     ap = ArgumentParser(
@@ -105,18 +104,60 @@ def main(argv: list[str]) -> int:
             _probe(a, dry_run=True)
         return 0
     signal.signal(signal.SIGTERM, _interrupt)  # `kill`, scancel: stopped as Ctrl-C stops it, and resumable
-    if sweep.spec.tune is not None and tuning.read(a.results_dir, sweep.name) is None:
-        tuned = load_spec(a.spec, a.results_dir, tuning=True)
-        run_sweep(tuned, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
-        tuning.write(sweep.spec, tuned, a.results_dir)
-        sweep = load_spec(a.spec, a.results_dir)  # its runs at the chosen points
-    report = run_sweep(sweep, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
+    sweep, report = _run(sweep, a)
     if a.credit_probe:
         _probe(a, dry_run=False)
         report = write_report(sweep, a.results_dir)  # with its "Credit per update" section
     print(markdown(report))
     print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
     return 0
+
+
+def _run(sweep, a) -> tuple:
+    """Its tuning sweep first where it has one and has not run, then the sweep (in rounds where it is
+    sequential); the sweep of the runs it ran (at the tuned points; a sequential one's rounds) and its report."""
+    from bench.report.files import write_report
+    from bench.run import tuning
+    from bench.run.launch import run_sweep
+    from bench.run.sweep import load_spec
+
+    def run(s):
+        return run_sweep(s, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)
+
+    if sweep.spec.tune is not None and tuning.read(a.results_dir, sweep.name) is None:
+        tuned = load_spec(a.spec, a.results_dir, tuning=True)
+        run(tuned)
+        tuning.write(sweep.spec, tuned, a.results_dir)
+        sweep = load_spec(a.spec, a.results_dir)  # its runs at the chosen points
+    return rounds(sweep, run) if sweep.spec.sequential is not None else (sweep, run(sweep))
+
+
+def rounds(sweep, run, log=print) -> tuple:
+    """A sequential sweep (``sequential`` in its spec): every label's first seeds, then, round by round,
+    the next look's seeds for the labels of the credit comparisons still undecided, until none is
+    (bench.report.sequential). ``run(subset)`` runs a sweep of some of the runs and returns its report;
+    a round's finished runs are skipped, so the same call resumes where the data say. Returns the sweep
+    of the runs the rounds ran and its report."""
+    import dataclasses
+
+    seq = sweep.spec.sequential
+    order = sorted(set(sweep.spec.seeds))
+    needs = dict.fromkeys(sweep.labels, seq.first)
+    for round_ in range(1, len(order) + 1):
+        subset = dataclasses.replace(sweep, runs=[r for r in sweep.runs if r.cfg.seed in order[: needs[r.label]]])
+        report = run(subset)
+        family = (report.get("analysis") or {}).get("sequential") or {}
+        more = {lab: n for lab, n in family.get("needs", {}).items() if n > needs.get(lab, 0)}
+        undecided = [d["name"] for d in family.get("analysis", {}).get("decisions", []) if d["verdict"] == "open"]
+        if not more:
+            log(f"sequential sweep {sweep.name}: every credit comparison decided or at the cap after round {round_}")
+            return subset, report
+        needs.update(more)
+        log(
+            f"sequential sweep {sweep.name}: round {round_} left {len(undecided)} comparison(s) undecided; round "
+            f"{round_ + 1} runs {', '.join(f'{lab} to {n} seeds' for lab, n in more.items())}"
+        )
+    return subset, report
 
 
 def _probe(a, dry_run: bool) -> None:

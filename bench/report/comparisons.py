@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bench.errors import CreditBenchError
-from bench.report import inference
+from bench.report import inference, sequential
 from bench.report.stats import mean_interval, pass_at_k_per_problem, t_interval
 from bench.run.result import RunResult
 from bench.run.spec import Analysis
@@ -111,16 +111,67 @@ def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
     if comparisons:
         a = inference.assess(comparisons, analysis.alpha, analysis.power)
         out |= {"assessment": a.to_dict(), "markdown": inference.markdown(a)}
-    if credit:  # the primary family: each credit method against its own credit controls, adjusted on its own
-        a = inference.assess(credit, analysis.alpha, analysis.power)
-        out["credit"] = {"assessment": a.to_dict(), "markdown": inference.markdown(a)}
+    if credit:
+        out |= _primary(credit, runs, analysis)
     return out
+
+
+def _primary(credit: list, runs: list[RunResult], analysis: Analysis) -> dict[str, Any]:
+    """The primary family: each credit method against its own credit controls, adjusted on its own;
+    in a sequential sweep also decided round by round."""
+    a = inference.assess(credit, analysis.alpha, analysis.power)
+    out: dict[str, Any] = {"credit": {"assessment": a.to_dict(), "markdown": inference.markdown(a)}}
+    if analysis.sequential:
+        out["sequential"] = sequential_family(runs, analysis)
+    return out
+
+
+def sequential_family(runs: list[RunResult], analysis: Analysis) -> dict[str, Any]:
+    """The primary family decided by the group-sequential analysis (bench.report.sequential) of each
+    pair's differences in ascending seed order, the seeds both labels have from the first on:
+    ``{analysis, markdown, needs}``, ``needs`` the seeds each label must have for the next round
+    (every label of an open comparison, at its next look)."""
+    seq_spec = analysis.sequential or {}
+    schedule = sequential.Schedule(seq_spec["first"], seq_spec["step"], seq_spec["cap"], seq_spec["spending"])
+    pairs = credit_pairs(runs, analysis)
+    diffs = {}
+    for name, p in pairs.items():
+        seeds = sorted(p["diffs"])
+        diffs[name] = [p["diffs"][s] for s in seeds]
+    result = sequential.analyse(diffs, schedule, analysis.alpha, analysis.margin)
+    needs: dict[str, int] = {}
+    for name, n in sequential.seeds_to_run(result, schedule).items():
+        for lab in (pairs[name]["method"], pairs[name]["control"]):
+            needs[lab] = max(needs.get(lab, 0), n)
+    return {"analysis": result.to_dict(), "markdown": sequential.markdown(result), "needs": needs}
 
 
 def _credit_family(by_label: dict, credit_controls: dict[str, list[str]], settings: tuple) -> list:
     """Each credit method's comparisons with its credit controls (twin, placebo) that have runs."""
     pairs = [(lab, c) for lab, cs in credit_controls.items() for c in cs if lab in by_label and c in by_label]
     return [inference.compare({c: by_label[c], lab: by_label[lab]}, c, *settings) for lab, c in pairs]
+
+
+def credit_pairs(runs: list[RunResult], analysis: Analysis) -> dict[str, dict[str, Any]]:
+    """The primary family's comparisons (each credit method against each of its credit controls, per
+    model and training task) with their paired differences on the primary metric, per seed both
+    labels have: ``{name: {method, control, model, task, diffs: {seed: method - control}}}``, the
+    name "<method> vs <control> (<task>, <model>)"."""
+    by: dict[tuple[str, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in runs:
+        if analysis.metric in _final_point(r, r.task).eval[r.task]:
+            by[(r.model, r.task)][r.label][r.seed] = float(np.mean(scores(r, r.task, analysis.metric)))
+    out = {}
+    for (model, task), labels in sorted(by.items()):
+        for lab, controls in analysis.credit_controls.items():
+            for c in controls:
+                if lab in labels and c in labels:
+                    common = sorted(set(labels[lab]) & set(labels[c]))
+                    out[f"{lab} vs {c} ({task}, {model})"] = {
+                        "method": lab, "control": c, "model": model, "task": task,
+                        "diffs": {s: labels[lab][s] - labels[c][s] for s in common},
+                    }  # fmt: skip
+    return out
 
 
 BLAME_KEYS = ("share", "uniform_share", "rank_frac", "top1", "n")

@@ -98,6 +98,18 @@ def markdown(report: dict[str, Any]) -> str:
             a["credit"]["markdown"],
             "",
         ]
+    if a.get("sequential"):
+        out += [
+            "## Credit assignment, decided in rounds",
+            "",
+            "The sweep ran its seeds in rounds and gave more only to the comparisons still undecided "
+            "(bench.report.sequential): each decision below was taken against group-sequential boundaries "
+            "that keep the family-wise error at alpha, so it, not the fixed-design p-values above, is the "
+            "verdict of the primary family.",
+            "",
+            a["sequential"]["markdown"],
+            "",
+        ]
     if a.get("markdown"):
         secondary = " (secondary: whole recipes, not credit alone)" if a.get("credit") else ""
         out += [

@@ -84,6 +84,9 @@ class Analysis:
     pilot: str | None = None
     """A sweep under the results folder whose runs give the variance components for ``--dry_run``
     (instead of sd_train and sd_item)."""
+    sequential: dict[str, Any] | None = None
+    """The spec's ``sequential`` schedule (filled from it): the credit family is then decided by the
+    group-sequential analysis (bench.report.sequential)."""
 
     def __post_init__(self) -> None:
         check(
@@ -119,6 +122,35 @@ class Tune:
                 isinstance(knob, dict) and len(knob) == 1 and all(isinstance(v, list) and v for v in knob.values()),
                 f"tune.knobs.{method} must be one option with a list of values ({{option: [v1, v2]}}), got {knob!r}",
             )
+
+
+@dataclass
+class SequentialSpec:
+    """Seeds added in rounds until each credit comparison is decided (bench.report.sequential): the
+    spec's seeds, in ascending order, are run ``first`` at a time for every label, then ``step`` more
+    per round for the labels of the comparisons still undecided, up to ``cap``."""
+
+    first: int = 6
+    """Seeds of the first round (every label; at least 3)."""
+    step: int = 6
+    """Seeds added per round to the labels an undecided comparison needs."""
+    cap: int = 60
+    """The most seeds a comparison gets; the spec's seeds must number at least this."""
+    spending: str = "obf"
+    """Alpha spending over the looks: obf (O'Brien-Fleming-type, saves alpha for the last looks) or
+    pocock (spends early)."""
+
+    def __post_init__(self) -> None:
+        check(self.first >= 3, f"sequential.first must be >= 3 seeds (no test from fewer), got {self.first}")
+        check(self.step >= 1, f"sequential.step must be >= 1 seed, got {self.step}")
+        check(self.cap >= self.first, f"sequential.cap must be >= sequential.first ({self.first}), got {self.cap}")
+        check(
+            self.spending in ("obf", "pocock"), f"sequential.spending must be one of obf, pocock, got {self.spending!r}"
+        )
+
+    def seeds(self, seeds: list[int], labels_need: int) -> list[int]:
+        """The first ``labels_need`` of ``seeds`` in ascending order: the seeds a label runs."""
+        return sorted(set(seeds))[:labels_need]
 
 
 @dataclass
@@ -160,6 +192,10 @@ class SweepSpec:
     analysis: Analysis = field(default_factory=Analysis)
     """The comparison's statistics: primary metric, alpha, power, equivalence margin, controls and the
     variance prior of ``--dry_run``."""
+    sequential: SequentialSpec | None = None
+    """Run the seeds in rounds until each credit comparison (``credit_controls``) is decided: better,
+    worse, or equivalent within analysis.margin, against group-sequential boundaries, Holm across the
+    family; the other labels run the first round's seeds."""
     tune: Tune | None = None
     """Tune each label's rl.lr (and at most one knob per method) on tuning seeds before the sweep."""
     credit_controls: list[Control] = field(default_factory=list)
@@ -176,6 +212,12 @@ class SweepSpec:
             check(getattr(self, key) != [], f"{key} must list at least one entry")
         check(self.threads >= 0, f"threads must be an integer >= 0, got {self.threads}")
         check(0 < self.target <= 1, f"target must be in (0, 1], got {self.target}")
+        if self.sequential is not None:
+            check(
+                len(set(self.seeds)) >= self.sequential.cap,
+                f"sequential.cap {self.sequential.cap} needs at least as many seeds; seeds lists "
+                f"{len(set(self.seeds))}",
+            )
         if self.tune is not None:
             both = sorted(set(self.tune.seeds) & set(self.seeds))
             check(not both, f"tune.seeds must be disjoint from seeds (the verdict's); both have {both}")
@@ -276,6 +318,12 @@ def read_spec(path: str | Path) -> SweepSpec:
         spec = SweepSpec(**vars(_parse(SweepSpec, _expand(raw))))
         if spec.credit_controls or any(m.credit_controls for m in spec.methods):
             spec.method_entries()  # names the twins and placebos in analysis.credit_controls
+        if spec.sequential is not None:
+            check(
+                bool(spec.analysis.credit_controls),
+                "sequential needs credit comparisons to decide: give credit_controls (twin, placebo)",
+            )
+            spec.analysis.sequential = dataclasses.asdict(spec.sequential)
         return spec
     except CreditBenchError as e:
         raise spec_error(path, str(e)) from None
@@ -309,6 +357,13 @@ def _expand(raw: dict[str, Any]) -> dict[str, Any]:
     for f in dataclasses.fields(SweepSpec):
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in out:
             raise CreditBenchError(f"{f.name!r} is required: {describe_type(hints[f.name])}")
+        if f.name == "sequential" and isinstance(out.get(f.name), dict):  # its own checks, before the Union hides them
+            known = {g.name for g in dataclasses.fields(SequentialSpec)}
+            for k in out[f.name]:
+                if k not in known:
+                    raise did_you_mean("sequential key", k, sorted(known))
+            if all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in out[f.name].values()):
+                SequentialSpec(**out[f.name])
         group = hints[f.name]
         if dataclasses.is_dataclass(group) and f.name in out:
             value = out[f.name]
