@@ -3,7 +3,8 @@ comparisons on the primary metric (bench.report.inference: method x seed model, 
 the design's minimum detectable difference) and the blame-alignment table.
 
 Which comparisons form the family: on every (model, training task) of the sweep, every label
-against the baseline, except labels the spec's ``analysis.controls`` pairs with their own control
+against the baseline, each pair on its own variance (a paired t-test over seeds; no variance is
+pooled across pairs, whose variances differ), except labels the spec's ``analysis.controls`` pairs with their own control
 (e.g. a LoRA method with the rank-matched LoRA baseline), which are compared with that control. The
 primary metric is read per problem where the runs kept per-problem counts (pass@k from the unbiased
 estimator), else per run.
@@ -96,8 +97,9 @@ def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
         controlled = {lab: c for lab, c in analysis.controls.items() if lab in by_label and c in by_label}
         main = {lab: s for lab, s in by_label.items() if lab not in controlled and lab not in placebos}
         settings = (where, analysis.metric, analysis.margin, 0.95, n_samples[(model, task)])
-        if baseline in main and len(main) > 1:
-            comparisons.append(inference.compare(main, baseline, *settings))
+        if baseline in main and len(main) > 1:  # each pair on its own variance: the pairs' variances differ
+            for lab in (x for x in sorted(main) if x != baseline):
+                comparisons.append(inference.compare({baseline: main[baseline], lab: main[lab]}, baseline, *settings))
         for lab, control in controlled.items():
             comparisons.append(inference.compare({control: by_label[control], lab: by_label[lab]}, control, *settings))
         credit += _credit_family(by_label, analysis.credit_controls, settings)

@@ -116,8 +116,9 @@ def markdown(report: dict[str, Any]) -> str:
             f"## Comparisons{secondary}",
             "",
             f"Primary metric `{a['metric']}` at the end of training, each label against `{base}` (or its control), "
-            "analysed with a method x seed model (the training seed is the unit of replication; the residual "
-            "variance is pooled across methods); p-values Holm- (and BH-) adjusted across the whole family; "
+            "each pair on its own variance (the paired t-test over seeds, the training seed the unit of "
+            "replication: the pairs' variances differ, so none is pooled); p-values Holm- (and BH-) adjusted "
+            "across the whole family; "
             "'equivalent' only where a TOST bounds the difference within the margin.",
             "",
             a["markdown"],

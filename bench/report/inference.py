@@ -294,8 +294,11 @@ def markdown(a: Assessment) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     rows = iter(a.rows)
+    shown = None
     for c in a.comparisons:
-        out.append(f"| {c.baseline} (baseline) | {c.task} | {_ci(c.means[c.baseline])} | – | – | – | – | – |")
+        if (c.baseline, c.task, c.seeds) != shown:  # once for the pairs that share it
+            out.append(f"| {c.baseline} (baseline) | {c.task} | {_ci(c.means[c.baseline])} | – | – | – | – | – |")
+            shown = (c.baseline, c.task, c.seeds)
         for r in (next(rows) for _ in c.diffs):
             out.append(
                 f"| {r.label} | {r.task} | {_ci(r.mean)} | {_ci(r.diff, True)} | {_p(r.diff.p)} "

@@ -56,8 +56,13 @@ def test_the_family_pairs_controlled_labels_with_their_control_and_prints_the_md
     a = Analysis(margin=0.05, controls={"arca": "grpo-lora"})
     out = analyse(runs, "grpo", a)
     comps = out["assessment"]["comparisons"]
-    assert [c["baseline"] for c in comps] == ["grpo", "grpo-lora"]
-    assert set(comps[0]["diffs"]) == {"better", "same", "grpo-lora"} and set(comps[1]["diffs"]) == {"arca"}
+    assert [c["baseline"] for c in comps] == ["grpo", "grpo", "grpo", "grpo-lora"]
+    assert [list(c["diffs"]) for c in comps] == [["better"], ["grpo-lora"], ["same"], ["arca"]]
+    means = {(r.label, r.seed): float(np.mean(r.history[-1].per_problem["toy"])) / N for r in runs}
+    for c in comps:  # each pair on its own variance: the paired t-test's SE, sd(d) / sqrt(S)
+        (lab,) = c["diffs"]
+        d = np.array([means[(lab, s)] - means[(c["baseline"], s)] for s in range(5)])
+        assert c["diffs"][lab]["se"] == pytest.approx(d.std(ddof=1) / np.sqrt(5), rel=1e-9)
     assert comps[0]["n_problems"] == P and comps[0]["n_samples"] == N
     rows = {r["label"]: r for r in out["assessment"]["rows"]}
     assert out["assessment"]["m"] == 4

@@ -66,8 +66,8 @@ def test_the_report_tests_each_method_against_its_controls_first_and_leaves_plac
     ]
     assert [r["verdict"] for r in credit["rows"]] == ["better", "better"] and credit["m"] == 2
     secondary = out["assessment"]["comparisons"]
-    assert [sorted(c["diffs"]) for c in secondary] == [["m", "m-twin"]]  # the placebo is a control, not a recipe
-    assert "`m` vs `m-twin`" in out["credit"]["markdown"] and "each label vs `grpo`" in out["markdown"]
+    assert [sorted(c["diffs"]) for c in secondary] == [["m"], ["m-twin"]]  # the placebo is a control, not a recipe
+    assert "`m` vs `m-twin`" in out["credit"]["markdown"] and "`m-twin` vs `grpo`" in out["markdown"]
 
 
 class _Spent:

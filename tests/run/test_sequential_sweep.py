@@ -95,6 +95,7 @@ def test_a_sequential_sweep_runs_in_rounds_and_resumes_to_the_same_runs(tmp_path
     import sys
 
     root = tmp_path / "out"
+    root.mkdir()
     env = {**os.environ, "CREDITBENCH_CACHE": warm_cache, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'm.db'}"}
     spec = write(tmp_path, methods=["grpo", "entropy_top"], budget={"samples": 64})
     cmd = [sys.executable, "-m", "bench.cli", "sweep", str(spec), "--results-dir", str(root / "results")]
