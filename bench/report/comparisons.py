@@ -4,8 +4,9 @@ the design's minimum detectable difference) and the blame-alignment table.
 
 Which comparisons form the family: on every (model, training task) of the sweep, every label
 against the baseline, each pair on its own variance (a paired t-test over seeds; no variance is
-pooled across pairs, whose variances differ), except labels the spec's ``analysis.controls`` pairs with their own control
-(e.g. a LoRA method with the rank-matched LoRA baseline), which are compared with that control. The
+pooled across pairs, whose variances differ), except labels the spec's ``analysis.controls`` pairs
+with their own control (e.g. a LoRA method with the rank-matched LoRA baseline), which are compared
+with that control. The
 primary metric is read per problem where the runs kept per-problem counts (pass@k from the unbiased
 estimator), else per run.
 """
@@ -97,10 +98,8 @@ def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
         controlled = {lab: c for lab, c in analysis.controls.items() if lab in by_label and c in by_label}
         main = {lab: s for lab, s in by_label.items() if lab not in controlled and lab not in placebos}
         settings = (where, analysis.metric, analysis.margin, 0.95, n_samples[(model, task)])
-        if baseline in main and len(main) > 1:  # each pair on its own variance: the pairs' variances differ
-            for lab in (x for x in sorted(main) if x != baseline):
-                comparisons.append(inference.compare({baseline: main[baseline], lab: main[lab]}, baseline, *settings))
-        for lab, control in controlled.items():
+        pairs = [(baseline, lab) for lab in sorted(main) if lab != baseline] if baseline in main else []
+        for control, lab in pairs + [(c, lab) for lab, c in controlled.items()]:  # each pair on its own variance
             comparisons.append(inference.compare({control: by_label[control], lab: by_label[lab]}, control, *settings))
         credit += _credit_family(by_label, analysis.credit_controls, settings)
     if not comparisons and not credit:

@@ -113,10 +113,19 @@ class Tune:
     """Tuning seeds, disjoint from the sweep's seeds: no verdict sees a run that chose its settings."""
     knobs: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     """Method name -> {option: values}: at most one declared knob per method, tuned with the lr."""
+    pairs: bool = False
+    """Each credit method and its credit controls share one learning rate: the grid point where the mean
+    of the method and its twin is best on the tuning seeds (the placebo takes it and runs no tuning of
+    its own). The comparison with the twin is then made at one rate, where a shared seed keeps the two
+    runs alike, and the tuning runs give it at every other rate of the grid too (the report's
+    sensitivity row). Labels outside a pair are tuned each on its own."""
 
     def __post_init__(self) -> None:
         check(len(self.lr) > 0 and all(x > 0 for x in self.lr), f"tune.lr must list learning rates > 0, got {self.lr}")
         check(len(self.seeds) > 0, "tune.seeds must list at least one tuning seed")
+        check(
+            not (self.pairs and self.knobs), "tune.pairs and tune.knobs cannot be combined: a pair shares its lr only"
+        )
         for method, knob in self.knobs.items():
             check(
                 isinstance(knob, dict) and len(knob) == 1 and all(isinstance(v, list) and v for v in knob.values()),
@@ -357,13 +366,18 @@ def _expand(raw: dict[str, Any]) -> dict[str, Any]:
     for f in dataclasses.fields(SweepSpec):
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in out:
             raise CreditBenchError(f"{f.name!r} is required: {describe_type(hints[f.name])}")
-        if f.name == "sequential" and isinstance(out.get(f.name), dict):  # its own checks, before the Union hides them
-            known = {g.name for g in dataclasses.fields(SequentialSpec)}
+        optional = {"sequential": SequentialSpec, "tune": Tune}.get(f.name)
+        if optional is not None and isinstance(out.get(f.name), dict):  # its own checks, before the Union hides them
+            known = {g.name for g in dataclasses.fields(optional)}
             for k in out[f.name]:
                 if k not in known:
-                    raise did_you_mean("sequential key", k, sorted(known))
-            if all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in out[f.name].values()):
-                SequentialSpec(**out[f.name])
+                    raise did_you_mean(f"{f.name} key", k, sorted(known))
+            try:
+                optional(**out[f.name])
+            except CreditBenchError:
+                raise
+            except (TypeError, ValueError, AttributeError):  # a value of the wrong type: jsonargparse says which
+                pass
         group = hints[f.name]
         if dataclasses.is_dataclass(group) and f.name in out:
             value = out[f.name]

@@ -70,9 +70,11 @@ def tuning_spec(spec: SweepSpec) -> SweepSpec:
     """The tuning sweep ``<name>-tune``: every label x grid point on the tuning seeds, scored on the eval
     problems after the verdict's, at the same budget."""
     assert spec.tune is not None
+    placebos = {c for cs in spec.analysis.credit_controls.values() for c in cs if c.endswith("-placebo")}
     entries = [
         with_point(dataclasses.replace(m, credit_controls=[]), p, point_label(m.label, p))
         for m in spec.method_entries()
+        if not (spec.tune.pairs and m.label in placebos)  # a pair's placebo takes the pair's rate
         for p in grid(spec, m)
     ]
     base_point = point_label(
@@ -94,26 +96,30 @@ def tuning_spec(spec: SweepSpec) -> SweepSpec:
 
 
 def select(spec: SweepSpec, runs: list[RunResult]) -> dict[str, Any]:
-    """Each label's best grid point from its finished tuning runs (see the module docstring): the JSON
-    of results/<name>/tuning.json."""
+    """Each label's best grid point from its finished tuning runs (see the module docstring), with its
+    margin over the runner-up in standard errors; under ``tune.pairs`` each pair's shared point and its
+    comparison at every point of the grid: the JSON of results/<name>/tuning.json."""
     metric = spec.analysis.metric
-    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    scores: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in runs:
         label, _, point = r.label.partition(SEP)
-        scores[label][point].append(float(r.final[metric]))
+        scores[label][point][r.seed] = float(r.final[metric])
     labels, points = {}, {m.label: grid(spec, m) for m in spec.method_entries()}
     for label, grid_points in points.items():
+        per_seed = [scores[label].get(point_label(label, p).partition(SEP)[2], {}) for p in grid_points]
+        if not any(per_seed):
+            continue  # not tuned on its own (a pair's placebo)
         table = []
-        for p in grid_points:
-            vals = scores[label].get(point_label(label, p).partition(SEP)[2], [])
-            table.append({"point": p, "runs": len(vals), "mean": float(np.mean(vals)) if vals else None,
-                          "sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else None})  # fmt: skip
-        done = [t for t in table if t["mean"] is not None]
-        best = max(done, key=lambda t: t["mean"]) if done else None  # max keeps the first of equals: the grid's order
+        for p, vals in zip(grid_points, per_seed):
+            v = list(vals.values())
+            table.append({"point": p, "runs": len(v), "mean": float(np.mean(v)) if v else None,
+                          "sd": float(np.std(v, ddof=1)) if len(v) > 1 else None})  # fmt: skip
+        best, margin = _best(per_seed)
         lrs = sorted({t["point"]["lr"] for t in table})
-        edge = best is not None and len(lrs) > 2 and best["point"]["lr"] in (lrs[0], lrs[-1])
-        labels[label] = {"chosen": best["point"] if best else None, "edge": edge, "grid": table}
-    return {
+        chosen = None if best is None else grid_points[best]
+        edge = chosen is not None and len(lrs) > 2 and chosen["lr"] in (lrs[0], lrs[-1])
+        labels[label] = {"chosen": chosen, "edge": edge, "margin_se": margin, "grid": table}
+    out = {
         "metric": metric,
         "seeds": list(spec.tune.seeds) if spec.tune else [],
         "validation": f"the last {spec.eval.get('num_problems', 200)} problems of each task's train split (held out of "
@@ -123,6 +129,56 @@ def select(spec: SweepSpec, runs: list[RunResult]) -> dict[str, Any]:
         "wall_s": round(sum(r.wall_s for r in runs), 1),
         "labels": labels,
     }
+    if spec.tune is not None and spec.tune.pairs:
+        out["pairs"] = _pairs(spec, scores, points, labels)
+    return out
+
+
+def _best(per_seed: list[dict[int, float]]) -> tuple[int | None, float | None]:
+    """The grid point with the best mean (ties: the first) and its margin over the runner-up in
+    standard errors of their paired (same seed) difference; None where it cannot be had."""
+    means = [float(np.mean(list(v.values()))) if v else -np.inf for v in per_seed]
+    if not any(np.isfinite(means)):
+        return None, None
+    order = sorted(range(len(means)), key=lambda i: (-means[i], i))
+    best = order[0]
+    if len(order) < 2 or not np.isfinite(means[order[1]]):
+        return best, None
+    a, b = per_seed[best], per_seed[order[1]]
+    d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))])
+    if len(d) < 2:
+        return best, None
+    se = float(d.std(ddof=1) / np.sqrt(len(d)))
+    return best, (float(d.mean() / se) if se > 0 else None)
+
+
+def _pairs(spec: SweepSpec, scores, points, labels: dict[str, Any]) -> dict[str, Any]:
+    """Each credit method with its twin: one point for the pair (and its placebo), where the mean of
+    method and twin is best, its margin in SEs, and method - twin at every point (the sensitivity row)."""
+    out = {}
+    for method, controls in spec.analysis.credit_controls.items():
+        twin = next((c for c in controls if c.endswith("-twin")), None)
+        if twin is None or method not in labels or twin not in labels:
+            continue
+        grid_points = points[method]
+        m = [scores[method].get(point_label(method, p).partition(SEP)[2], {}) for p in grid_points]
+        t = [scores[twin].get(point_label(twin, p).partition(SEP)[2], {}) for p in grid_points]
+        both = [{s: (a[s] + b[s]) / 2 for s in set(a) & set(b)} for a, b in zip(m, t)]
+        best, margin = _best(both)
+        if best is None:
+            continue
+        lrs = sorted({p["lr"] for p in grid_points})
+        edge = len(lrs) > 2 and grid_points[best]["lr"] in (lrs[0], lrs[-1])
+        for lab in (method, *controls):
+            labels.setdefault(lab, {"grid": []}).update(chosen=grid_points[best], pair=method, margin_se=margin,
+                                                         edge=edge)  # fmt: skip
+        rows = []
+        for p, a, b in zip(grid_points, m, t):
+            d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))])
+            se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
+            rows.append({"point": p, "n": len(d), "diff": float(d.mean()) if len(d) else None, "se": se})
+        out[method] = {"twin": twin, "chosen": grid_points[best], "margin_se": margin, "by_point": rows}
+    return out
 
 
 def apply(spec: SweepSpec, tuning: dict[str, Any], entries: list[MethodEntry]) -> list[MethodEntry]:
@@ -137,27 +193,58 @@ def read(results_dir: str | Path, name: str) -> dict[str, Any] | None:
 
 
 def markdown(tuning: dict[str, Any]) -> list[str]:
-    """The tuning section of a report: each label's chosen point, every point's mean, the cost."""
+    """The tuning section of a report: each label's chosen point, its margin over the runner-up, every
+    point's mean, the cost; under ``tune.pairs`` each pair's comparison at every point."""
+    pairs = tuning.get("pairs") or {}
+    how = (
+        "each credit method and its controls at one shared point, where the mean of method and twin is best"
+        if pairs
+        else "each label at its own best point"
+    )
     out = [
         "## Tuning",
         "",
-        f"Each label's learning rate (and knob) chosen on seeds {tuning['seeds']} -- none of the verdict's -- by the "
-        f"mean final `{tuning['metric']}` on {tuning['validation']}, at the sweep's budget: {tuning['runs']} runs, "
-        f"{tuning['samples']:,} training samples, {tuning['wall_s'] / 60:.1f} min of run time.",
+        f"Learning rates (and knobs) chosen on seeds {tuning['seeds']} -- none of the verdict's -- by the "
+        f"mean final `{tuning['metric']}` on {tuning['validation']}, at the sweep's budget ({how}): "
+        f"{tuning['runs']} runs, {tuning['samples']:,} training samples, {tuning['wall_s'] / 60:.1f} min of run time. "
+        "Margin: the chosen point's lead over the runner-up, in standard errors of their paired difference "
+        "over the tuning seeds (below 2, the choice is not resolved).",
         "",
-        "| label | chosen | every point: mean (runs) |",
-        "|---|---|---|",
+        "| label | chosen | margin (SE) | every point: mean (runs) |",
+        "|---|---|---|---|",
     ]
     for label, v in tuning["labels"].items():
-        cells = ", ".join(f"{_point(t['point'])}: {_mean(t['mean'])} ({t['runs']})" for t in v["grid"])
+        cells = (
+            ", ".join(f"{_point(t['point'])}: {_mean(t['mean'])} ({t['runs']})" for t in v["grid"]) or "(its pair's)"
+        )
         chosen = (_point(v["chosen"]) + (" (grid edge)" if v.get("edge") else "")) if v["chosen"] else "–"
-        out.append(f"| {label} | {chosen} | {cells} |")
+        margin = "–" if v.get("margin_se") is None else f"{v['margin_se']:.1f}"
+        via = f" (pair of {v['pair']})" if v.get("pair") and v["pair"] != label else ""
+        out.append(f"| {label}{via} | {chosen} | {margin} | {cells} |")
     edges = [label for label, v in tuning["labels"].items() if v.get("edge")]
     if edges:
         out += [
             "",
             f"At the grid's edge ({', '.join(edges)}): the best learning rate may lie beyond it; widen `tune.lr`.",
         ]
+    if pairs:
+        first = next(iter(pairs.values()))["by_point"]
+        out += [
+            "",
+            "Sensitivity: each method minus its twin at every point of the grid, on the tuning seeds and "
+            "problems (mean ± SE over seeds; * the point the verdict uses). A verdict that changes sign "
+            "across the points at which both learn hangs on the learning rate.",
+            "",
+            "| method vs twin | " + " | ".join(_point(r["point"]) for r in first) + " |",
+            "|---|" + "---|" * len(first),
+        ]
+        for method, pr in pairs.items():
+            cells = [
+                ("–" if r["diff"] is None else f"{r['diff']:+.3f}" + ("" if r["se"] is None else f" ± {r['se']:.3f}"))
+                + (" *" if r["point"] == pr["chosen"] else "")
+                for r in pr["by_point"]
+            ]
+            out.append(f"| {method} vs {pr['twin']} | " + " | ".join(cells) + " |")
     return out + [""]
 
 
