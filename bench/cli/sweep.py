@@ -94,6 +94,10 @@ def main(argv: list[str]) -> int:
         from bench.report.design import cost_line, design_lines
 
         print("\n".join(design_lines(sweep, a.results_dir, a.jobs or 1)))
+        if sweep.spec.sequential is not None:
+            from bench.report.design import sequential_lines
+
+            print("\n".join(sequential_lines(sweep, a.results_dir, a.jobs or 1)))
         if sweep.spec.tune is not None:
             tuned = load_spec(a.spec, a.results_dir, tuning=True)
             done = "done: results/{0}/tuning.json" if tuning.read(a.results_dir, sweep.name) else "first: {1} runs"

@@ -12,6 +12,7 @@ report forms it (bench.report.comparisons).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -101,6 +102,61 @@ def design_lines(sweep, results_dir: str = "results", jobs: int = 1) -> list[str
         out.append(f"    ({source})")
         if a.pilot and m_credit:
             out += _pair_lines(sweep, results_dir, task, m_credit)
+    return out
+
+
+def sequential_lines(sweep, results_dir: str = "results", jobs: int = 1, sims: int = 400) -> list[str]:
+    """A sequential sweep's expected cost: the credit family simulated look by look
+    (bench.report.sequential.simulate) with each pair's SD from the pilot's runs (else the prior's),
+    with no true difference and with every difference at the margin; the expected runs, their time at
+    the pilot's pace, and the worst case (every comparison to the cap)."""
+    from bench.report import sequential as seq
+    from bench.report.comparisons import credit_pairs
+    from bench.report.summary import load_runs
+
+    a, spec = sweep.spec.analysis, sweep.spec.sequential
+    schedule = seq.Schedule(spec.first, spec.step, spec.cap, spec.spending)
+    labels = sweep.labels
+    family = {f"{m} vs {c}": {"method": m, "control": c} for m, cs in a.credit_controls.items() for c in cs}
+    done = []
+    if a.pilot:
+        try:
+            done = load_runs(results_dir, a.pilot)
+        except CreditBenchError:
+            done = []
+    measured = credit_pairs(done, a) if done else {}
+    sds, source = [], "prior"
+    cfg = sweep.runs[0].cfg
+    prior = None
+    if a.sd_train is not None and a.sd_item is not None:
+        prior = math.sqrt(2) * math.sqrt(a.sd_train**2 + a.sd_item**2 / (cfg.eval.n * (cfg.eval.num_problems or 200)))
+    for pair in family.values():
+        d = next((list(p["diffs"].values()) for p in measured.values()
+                  if (p["method"], p["control"]) == (pair["method"], pair["control"])), [])  # fmt: skip
+        if len(d) >= 3:
+            sds.append(float(np.std(d, ddof=1)))
+            source = f"pilot {a.pilot!r}"
+        elif prior is not None:
+            sds.append(prior)
+        else:
+            head = f"sequential: {schedule.first} seeds first, {schedule.step} per round, at most {schedule.cap}"
+            return [f"{head}; no variance to simulate its cost with (give analysis.sd_train and sd_item, or a pilot)"]
+    others = len([lab for lab in labels if lab not in {v for p in family.values() for v in p.values()}])
+    pace = float(np.mean([r.wall_s for r in done])) if done else None
+    out = [
+        f"sequential: {schedule.first} seeds first, {schedule.step} more per round for the undecided, at most "
+        f"{schedule.cap} ({schedule.spending} spending, Holm across {len(family)} comparisons, equivalence "
+        f"±{a.margin:g}); expected cost, {sims} simulated sweeps with each pair's sd from the {source}:"
+    ]
+    for what, truth in (("no true difference", 0.0), (f"every difference {a.margin:+g}", a.margin)):
+        r = seq.simulate(sds, [truth] * len(sds), schedule, a.alpha, a.margin, sims, 0)
+        runs = seq.runs_needed(family, r["seeds_all"], schedule.first, others)
+        when = "" if pace is None else f", about {runs * pace / jobs / 60:.0f} min at --jobs {jobs}"
+        per = ", ".join(f"{x:.0f}" for x in r["seeds"])
+        out.append(f"  {what}: {runs:.0f} runs expected{when}; seeds per comparison {per}")
+    worst = len({v for p in family.values() for v in p.values()}) * schedule.cap + others * schedule.first
+    out.append(f"  at most {worst} runs (every comparison to the cap)"
+               + ("" if pace is None else f", about {worst * pace / jobs / 60:.0f} min at --jobs {jobs}"))  # fmt: skip
     return out
 
 

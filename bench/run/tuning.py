@@ -90,6 +90,7 @@ def tuning_spec(spec: SweepSpec) -> SweepSpec:
         eval_tasks=[],
         baseline=base_point,
         tune=None,
+        sequential=None,  # every tuning run at every point: the choice needs them all
         credit_controls=[],
         analysis=dataclasses.replace(spec.analysis, controls={}, credit_controls={}),
     )
