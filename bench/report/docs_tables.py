@@ -13,9 +13,10 @@ The word after ``results:`` names the source, relative to results/:
   difference to the baseline, sample AUC and its difference, pass@k at the largest k.
 - ``SWEEP/run``: one sentence on how the sweep ran: runs, budget, wall time and machine
   (``results/SWEEP/run_all.json``, written by run_all.sh) and the summed run time (report.json).
-- ``SWEEP/credit``, ``SWEEP/comparisons``, ``SWEEP/budget``, ``SWEEP/robust``, ``SWEEP/tuning``,
-  ``SWEEP/blame``: that section of the report (the credit family, the comparisons with GRPO, the
-  budget each label spent, rliable's summaries, the learning rates chosen, the blame alignment).
+- ``SWEEP/credit``, ``SWEEP/sequential``, ``SWEEP/comparisons``, ``SWEEP/budget``, ``SWEEP/robust``,
+  ``SWEEP/tuning``, ``SWEEP/blame``: that section of the report (the credit family, its decisions
+  round by round, the comparisons with GRPO, the budget each label spent, rliable's summaries, the
+  learning rates chosen and the sensitivity row, the blame alignment).
 - ``papers/NAME/analogue``: the paper's table beside its embedded analogue's measured values
   (bench/report/papers/analogue.py, from the analogue sweep's report.json).
 - ``PATH.md`` or ``PATH.md#N``: every Markdown table of ``results/PATH.md`` (a benchmark's output,
@@ -160,10 +161,24 @@ def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
     lines = budget_markdown(report.get("budgets") or []) if kind == "budget" else []
     lines = tuning.markdown(report["tuning"]) if kind == "tuning" and report.get("tuning") else lines
     lines = lines or (report.get(kind) or {}).get("markdown", "").split("\n")
-    table = [line for line in lines if line.startswith("|")]
-    if not table:
+    blocks: list[list[str]] = []
+    for i, line in enumerate(lines):  # each table apart from the next by one blank line
+        if line.startswith("|"):
+            if i == 0 or not lines[i - 1].startswith("|"):
+                blocks.append([])
+            blocks[-1].append(line)
+    if not blocks:
         raise CreditBenchError(f"results/{sweep}/report.json has no {kind} section")
-    return "\n".join(table), f"{sweep}/report.json"
+    return "\n\n".join("\n".join(b) for b in blocks), f"{sweep}/report.json"
+
+
+def sweep_sequential(results: Path, sweep: str) -> tuple[str, str]:
+    """A sequential sweep's credit family as decided round by round: the decisions and the design."""
+    report = _report(results, sweep)
+    family = (report.get("analysis") or {}).get("sequential")
+    if not family:
+        raise CreditBenchError(f"results/{sweep}/report.json has no sequential decisions (its spec has no sequential)")
+    return family["markdown"], f"{sweep}/report.json"
 
 
 def sweep_blame(results: Path, sweep: str) -> tuple[str, str]:
@@ -234,10 +249,13 @@ def generate(source: str, results: Path) -> tuple[str, str]:
         return sweep_blame(results, sweep)
     if kind == "credit" and sweep:
         return sweep_credit(results, sweep)
+    if kind == "sequential" and sweep:
+        return sweep_sequential(results, sweep)
     if kind in ("budget", "robust", "tuning") and sweep:
         return sweep_section(results, sweep, kind)
     raise CreditBenchError(
-        f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, SWEEP/credit, SWEEP/comparisons, "
+        f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, SWEEP/credit, SWEEP/sequential, "
+        "SWEEP/comparisons, "
         "SWEEP/budget, SWEEP/robust, SWEEP/tuning, SWEEP/blame, papers/NAME/analogue or PATH.md[#N]"
     )
 

@@ -122,6 +122,7 @@ def test_dry_run_falls_back_to_the_prior_when_the_pilot_has_no_runs(tmp_path):
 def test_the_dry_run_sizes_each_credit_comparison_as_its_report_will():
     """With the committed flagship as its pilot, the dry run's MDE for each method-vs-twin or placebo
     comparison (from that comparison's paired spread) is the one the flagship's report printed for it."""
+    import dataclasses
     import json
     import re
     from pathlib import Path
@@ -129,8 +130,16 @@ def test_the_dry_run_sizes_each_credit_comparison_as_its_report_will():
     from bench.run.sweep import load_spec
 
     results = Path(__file__).resolve().parents[2] / "results"
-    lines = design_lines(load_spec(results / "sweeps" / "embedded.yaml", results), str(results))
-    dry = dict(re.findall(r"^    (\S+ vs \S+): MDE ([\d.]+) points", "\n".join(lines), re.M))
-    report = json.loads((results / "embedded" / "report.json").read_text())["analysis"]["credit"]["markdown"]
+    sweep = load_spec(results / "sweeps" / "embedded.yaml", results)
+    credit = json.loads((results / "embedded" / "report.json").read_text())["analysis"]["credit"]
+    report = credit["markdown"]
     printed = {f"{a} vs {b}": v for a, b, v in re.findall(r"`(\S+)` vs `(\S+)`: .*? of ([\d.]+) points", report)}
+    seeds = {f"{list(c['diffs'])[0]} vs {c['baseline']}": len(c["seeds"]) for c in credit["assessment"]["comparisons"]}
+    dry = {}
+    for pair, n in seeds.items():  # a sequential sweep's pairs ran their own numbers of seeds: each at its own
+        at_n = dataclasses.replace(sweep, spec=dataclasses.replace(sweep.spec, seeds=list(range(n)), sequential=None))
+        lines = dict(
+            re.findall(r"^    (\S+ vs \S+): MDE ([\d.]+) points", "\n".join(design_lines(at_n, str(results))), re.M)
+        )
+        dry[pair] = lines[pair]
     assert len(dry) == 5 and dry == printed

@@ -113,3 +113,18 @@ def test_a_sequential_sweep_runs_in_rounds_and_resumes_to_the_same_runs(tmp_path
     assert again.returncode == 0 and " 0 to run" in again.stdout
     assert sorted(p.stem for p in (root / "results" / "seq" / "runs").glob("*.json")) == runs
     assert dataclasses.is_dataclass(seq.Schedule(3, 1, 5))
+
+
+def test_the_dry_run_prints_the_expected_cost_of_the_rounds(tmp_path):
+    """Without a pilot the prior's paired SD is simulated: the expected runs lie between the first
+    round's and the cap's, and a difference on the margin needs no more seeds than none at all."""
+    from bench.report.design import sequential_lines
+
+    spec = write(tmp_path, analysis={"margin": 0.03, "sd_train": 0.02, "sd_item": 0.4})
+    lines = sequential_lines(load_spec(spec), str(tmp_path), jobs=2, sims=100)
+    assert lines[0].startswith("sequential: 3 seeds first, 1 more per round for the undecided, at most 5")
+    assert "sd from the prior" in lines[0]
+    runs = [float(line.split(": ")[1].split(" runs")[0]) for line in lines[1:3]]
+    first, cap = 5 * 3, 4 * 5 + 3  # 5 labels (grpo, 2 methods, 2 twins) at 3 seeds; the 4 of the family at 5
+    assert all(first <= r <= cap for r in runs)
+    assert lines[3] == f"  at most {cap} runs (every comparison to the cap)"
