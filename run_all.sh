@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The embedded benchmark on CPU: does a method's credit assignment help? S-trace, GRPO-lambda and the 80/20
 # rule each against its credit-off twin (the same recipe with uniform credit; the two selection methods also
-# against their placebo), and GRPO, on a credit-sensitive task (chain), tiny-500k, 18 seeds, at an exact
-# budget of training samples and learning rates tuned first (on other seeds and held-out train problems);
-# then the report with Holm-corrected comparisons, twins first.
-#   ./run_all.sh           results/sweeps/embedded.yaml: 72 tuning + 162 runs, about 20 min on 2 cores
+# against their placebo), and GRPO, on a credit-sensitive task (chain), tiny-500k, at an exact budget of
+# training samples; each pair at one learning rate tuned first (on other seeds and held-out train problems),
+# then seeds in rounds until each credit comparison is decided (better, worse or equivalent within 3 points;
+# 6 to 48 seeds); then the report: the decisions, each comparison at every rate, the secondary family.
+#   ./run_all.sh           results/sweeps/embedded.yaml: 112 tuning runs + the rounds, under an hour on 2 cores
 #   ./run_all.sh --quick   results/sweeps/embedded-quick.yaml: GRPO and S-trace on chain, 3 seeds (minutes)
 #   ./run_all.sh SPEC.yaml any sweep spec (results/sweeps/embedded-long.yaml: every method, tuned lr; days)
 # JOBS=N runs N at a time (default 2 worker processes, one core each); MLFLOW_TRACKING_URI names

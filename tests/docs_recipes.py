@@ -7,7 +7,7 @@ What the copy changes, and nothing else (the commands themselves run verbatim):
 1. ``bench/bootstrap.sh`` only puts the test's own environment on PATH (``.venv`` links to it):
    installing is the bootstrap's job, which ``bash tests/run.sh`` exercises in CI on every run.
 2. Before every block, each sweep spec under ``results/sweeps/`` and ``results/papers/`` is shrunk
-   (:func:`shrink_spec`): one seed, at most two methods (the baseline and the last one listed), one
+   (:func:`shrink_spec`): one seed (no rounds), at most two methods (the baseline and the last one listed), one
    model, one RL step of 2 prompts x G=4, a few eval problems, 16 new tokens, one process, fp32
    with HF generation. The arithmetic task takes tests/tiny_sweep.py's easy options and short
    warm-start, so every recipe shares one cached warm-start with the sweep tests.
@@ -123,6 +123,7 @@ def shrink_spec(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     """The small form of a sweep spec (see the module docstring); shrinking twice changes nothing."""
     out = dict(spec)
     out["seeds"] = list(spec.get("seeds") or [0])[:1]
+    out.pop("sequential", None)  # rounds need at least 3 seeds: the one seed runs once
     methods = list(spec["methods"])
     label = {id(m): m if isinstance(m, str) else m.get("label", m["name"]) for m in methods}
     keep = [m for m in methods if label[id(m)] == spec.get("baseline", "grpo")][:1]

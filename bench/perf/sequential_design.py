@@ -1,13 +1,14 @@
 """Benchmark: the group-sequential design (bench.report.sequential) simulated with the measured noise.
 
-    python -m bench.perf.sequential_design [--sweep embedded] [--first 6] [--step 6] [--cap 60]
+    python -m bench.perf.sequential_design [--sweep embedded] [--first F] [--step S] [--cap C]
                                            [--sims 2000] [--effect 0.03] [--out results/benchmarks]
 
 The primary family of a finished sweep (each credit method against each of its credit controls) gives
 the per-pair SD of the paired differences across training seeds (results/<sweep>/runs). Each
 simulated sweep draws every comparison's per-seed differences from a normal distribution with its own
-SD and a true difference, and runs the sequential analysis the sweep runs (``bench.report.sequential
-.analyse``) look by look, each comparison getting seeds only while it is open. Scenarios:
+SD and a true difference, and runs the sequential analysis the sweep runs
+(``bench.report.sequential.analyse``, by default on the sweep's own schedule) look by look, each
+comparison getting seeds only while it is open. Scenarios:
 
 - **null**: every true difference 0. The family-wise error is the share of simulated sweeps in which
   any comparison was called better or worse; it must stay at or below alpha. Also: how often each is
@@ -68,6 +69,7 @@ def measured_pairs(results_dir: str, sweep: str) -> dict[str, dict[str, Any]]:
         "margin": spec.analysis.margin,
         "alpha": spec.analysis.alpha,
         "labels_other": sorted({r.label for r in runs} - in_family),
+        "sequential": spec.analysis.sequential,
     }
 
 
@@ -151,9 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = perf_parser(__doc__, "python -m bench.perf.sequential_design")
     ap.add_argument("--sweep", default="embedded", help="a finished sweep under --results whose per-pair SDs to use")
     ap.add_argument("--results", default="results")
-    ap.add_argument("--first", type=int, default=6)
-    ap.add_argument("--step", type=int, default=6)
-    ap.add_argument("--cap", type=int, default=60)
+    ap.add_argument("--first", type=int, default=None, help="default: the sweep spec's sequential.first, else 6")
+    ap.add_argument("--step", type=int, default=None, help="default: the spec's sequential.step, else 6")
+    ap.add_argument("--cap", type=int, default=None, help="default: the spec's sequential.cap, else 60")
     ap.add_argument("--sims", type=int, default=2000)
     ap.add_argument("--effect", type=float, default=0.03, help="the true difference of the effect scenarios")
     ap.add_argument("--seed", type=int, default=0)
@@ -162,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.sims < 100:
         raise CreditBenchError(f"--sims must be >= 100 for an error rate worth stating, got {args.sims}")
     measured = measured_pairs(args.results, args.sweep)
+    planned = measured["sequential"] or {"first": 6, "step": 6, "cap": 60}
+    args.first = args.first if args.first is not None else planned["first"]
+    args.step = args.step if args.step is not None else planned["step"]
+    args.cap = args.cap if args.cap is not None else planned["cap"]
     pairs = measured["pairs"]
     sds = [p["sd"] for p in pairs.values()]
     m = len(sds)

@@ -14,9 +14,10 @@ The word after ``results:`` names the source, relative to results/:
 - ``SWEEP/run``: one sentence on how the sweep ran: runs, budget, wall time and machine
   (``results/SWEEP/run_all.json``, written by run_all.sh) and the summed run time (report.json).
 - ``SWEEP/credit``, ``SWEEP/sequential``, ``SWEEP/comparisons``, ``SWEEP/budget``, ``SWEEP/robust``,
-  ``SWEEP/tuning``, ``SWEEP/blame``: that section of the report (the credit family, its decisions
-  round by round, the comparisons with GRPO, the budget each label spent, rliable's summaries, the
-  learning rates chosen and the sensitivity row, the blame alignment).
+  ``SWEEP/tuning``, ``SWEEP/sensitivity``, ``SWEEP/blame``: that section of the report (the credit
+  family, its decisions round by round, the comparisons with GRPO, the budget each label spent,
+  rliable's summaries, the learning rates chosen, each pair's comparison at every rate of the grid,
+  the blame alignment).
 - ``papers/NAME/analogue``: the paper's table beside its embedded analogue's measured values
   (bench/report/papers/analogue.py, from the analogue sweep's report.json).
 - ``PATH.md`` or ``PATH.md#N``: every Markdown table of ``results/PATH.md`` (a benchmark's output,
@@ -159,7 +160,10 @@ def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
 
     report = _report(results, sweep)
     lines = budget_markdown(report.get("budgets") or []) if kind == "budget" else []
-    lines = tuning.markdown(report["tuning"]) if kind == "tuning" and report.get("tuning") else lines
+    lines = tuning.markdown(report["tuning"]) if kind in ("tuning", "sensitivity") and report.get("tuning") else lines
+    if kind == "sensitivity":  # the tuning section's second table: each pair's comparison at every rate
+        start = next((i for i, line in enumerate(lines) if line.startswith("| method vs twin |")), len(lines))
+        lines = lines[start:]
     lines = lines or (report.get(kind) or {}).get("markdown", "").split("\n")
     blocks: list[list[str]] = []
     for i, line in enumerate(lines):  # each table apart from the next by one blank line
@@ -251,11 +255,11 @@ def generate(source: str, results: Path) -> tuple[str, str]:
         return sweep_credit(results, sweep)
     if kind == "sequential" and sweep:
         return sweep_sequential(results, sweep)
-    if kind in ("budget", "robust", "tuning") and sweep:
+    if kind in ("budget", "robust", "tuning", "sensitivity") and sweep:
         return sweep_section(results, sweep, kind)
     raise CreditBenchError(
         f"unknown results block source {source!r}: use SWEEP/summary, SWEEP/run, SWEEP/credit, SWEEP/sequential, "
-        "SWEEP/comparisons, "
+        "SWEEP/comparisons, SWEEP/sensitivity, "
         "SWEEP/budget, SWEEP/robust, SWEEP/tuning, SWEEP/blame, papers/NAME/analogue or PATH.md[#N]"
     )
 

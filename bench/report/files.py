@@ -59,6 +59,10 @@ def markdown(report: dict[str, Any]) -> str:
         + ".",
         "",
     ]
+    if report.get("run_all"):
+        w = report["run_all"]
+        out += [f"Wall time of the whole sweep (tuning included, `run_all.sh`): {w['wall_s'] / 60:.1f} min with "
+                f"{w['jobs']} runs at a time on {w['cpus']} CPUs.", ""]  # fmt: skip
     for ev in dict.fromkeys(r["eval_task"] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["eval_task"] == ev]
         k = max(rows[0]["ks"])
@@ -84,7 +88,39 @@ def markdown(report: dict[str, Any]) -> str:
         out.append("")
     out += tuning.markdown(report["tuning"]) if report.get("tuning") else []
     out += budget_markdown(report.get("budgets") or [])
-    a = report.get("analysis") or {}
+    out += _analysis_markdown(report.get("analysis") or {}, base)
+    if report.get("robust"):
+        out += [
+            "## Robust summaries",
+            "",
+            "rliable's (Agarwal et al. 2021): the interquartile mean of the final pass@1 over seeds (and training "
+            "tasks), and the probability that a run of the label beats a run of its control (its twin where it "
+            "has one, else the baseline), each with a stratified-bootstrap 95% interval over seeds.",
+            "",
+            report["robust"]["markdown"],
+            "",
+        ]
+    if report.get("curve_fit"):
+        out += ["## Asymptote or efficiency", "", report["curve_fit"]["markdown"], ""]
+    if report.get("per_update"):
+        out += [
+            "## Credit per update",
+            "",
+            "From the same weights, AdamW state and rollout batch, one update per arm, scored on the exact "
+            "objective J (the probability of the reference completion): the credit's effect with the "
+            "trajectory's noise removed (`creditbench credit-probe`, docs/results.md).",
+            "",
+            per_update.markdown(report["per_update"]),
+        ]
+    out += blame_markdown(report.get("blame") or [])
+    if report.get("fingerprint"):
+        out += ["", f"Numerics: {describe(report['fingerprint'])} (docs/reproducibility.md)."]
+    return "\n".join(out)
+
+
+def _analysis_markdown(a: dict[str, Any], base: str) -> list[str]:
+    """The report's comparisons: the credit family, its decisions in rounds, the secondary family."""
+    out: list[str] = []
     if a.get("credit"):
         out += [
             "## Credit assignment (primary)",
@@ -124,33 +160,7 @@ def markdown(report: dict[str, Any]) -> str:
             a["markdown"],
             "",
         ]
-    if report.get("robust"):
-        out += [
-            "## Robust summaries",
-            "",
-            "rliable's (Agarwal et al. 2021): the interquartile mean of the final pass@1 over seeds (and training "
-            "tasks), and the probability that a run of the label beats a run of its control (its twin where it "
-            "has one, else the baseline), each with a stratified-bootstrap 95% interval over seeds.",
-            "",
-            report["robust"]["markdown"],
-            "",
-        ]
-    if report.get("curve_fit"):
-        out += ["## Asymptote or efficiency", "", report["curve_fit"]["markdown"], ""]
-    if report.get("per_update"):
-        out += [
-            "## Credit per update",
-            "",
-            "From the same weights, AdamW state and rollout batch, one update per arm, scored on the exact "
-            "objective J (the probability of the reference completion): the credit's effect with the "
-            "trajectory's noise removed (`creditbench credit-probe`, docs/results.md).",
-            "",
-            per_update.markdown(report["per_update"]),
-        ]
-    out += blame_markdown(report.get("blame") or [])
-    if report.get("fingerprint"):
-        out += ["", f"Numerics: {describe(report['fingerprint'])} (docs/reproducibility.md)."]
-    return "\n".join(out)
+    return out
 
 
 def budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
@@ -242,6 +252,7 @@ def write_report(sweep: Sweep, results_dir: str = "results", plots: bool = True)
     spec = sweep.spec
     report = build_report(runs, sweep.baseline, spec.target, sweep.budget, sweep.name, spec.target_of, spec.analysis)
     report["tuning"] = tuning.read(results_dir, sweep.name)
+    report["run_all"] = _run_all(Path(results_dir) / sweep.name)
     _with_probe(report, results_dir, sweep.name)
     write_files(report, Path(results_dir) / sweep.name, plots)
     return report
@@ -270,6 +281,13 @@ def summarize(results_dir: str, sweep: str, plots: bool = True, log=print) -> tu
         report = build_report(runs, spec.baseline, spec.target, budget, sweep, spec.target_of, spec.analysis)
         report["tuning"] = tuning.read(results_dir, sweep)
         _with_probe(report, results_dir, sweep)
+    report["run_all"] = _run_all(out)
     if report["baseline"] not in {r.label for r in runs}:
         report["baseline"] = ""
     return report, write_files(report, out, plots=plots)
+
+
+def _run_all(out: Path) -> dict[str, Any] | None:
+    """run_all.sh's record of the whole sweep's wall time (results/<sweep>/run_all.json), if any."""
+    path = out / "run_all.json"
+    return json.loads(path.read_text()) if path.is_file() else None

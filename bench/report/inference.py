@@ -131,6 +131,17 @@ class Comparison:
         return asdict(self)
 
 
+def seed_span(seeds: Sequence[int]) -> str:
+    """Seeds as runs of consecutive ones: ``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``."""
+    out: list[str] = []
+    for s in sorted(seeds):
+        if out and s == int(out[-1].rpartition("-")[2]) + 1:
+            out[-1] = f"{out[-1].partition('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ", ".join(out)
+
+
 def _run_means(scores: Mapping[str, Mapping[int, Any]]) -> tuple[dict[str, dict[int, float]], int | None]:
     sizes, means = set(), {}
     for label, runs in scores.items():
@@ -167,7 +178,7 @@ def compare(
     labels = [baseline] + sorted(lab for lab in means if lab != baseline)
     seeds = sorted(set.intersection(*(set(means[lab]) for lab in labels)))
     dropped = {lab: sorted(set(means[lab]) - set(seeds)) for lab in labels if set(means[lab]) - set(seeds)}
-    notes = [f"{lab}: seeds {s} left out (not run for every label)" for lab, s in dropped.items()]
+    notes = [f"{lab}: seeds {seed_span(s)} left out (not run for every label)" for lab, s in dropped.items()]
     if n_problems is None:
         notes.append(RUN_LEVEL_NOTE)
     if not seeds:

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.errors import CreditBenchError
 
-TIMING_KEYS = frozenset({"wall_s", "compute_s", "fingerprint"})
+TIMING_KEYS = frozenset({"wall_s", "compute_s", "fingerprint", "run_all"})  # run_all: run_all.sh's wall-time record
 """Report keys that describe the machine that ran the sweep (its times, its fingerprint, compared on
 its own), not what the code computes."""
 MODES = ("auto", "exact", "statistical")

@@ -275,7 +275,7 @@ class _Family:
             nom = self._nominal(self.level_diff[x] / 2, k)
             if _passes(abs(st[x][2]), n - 1, nom):
                 mean, se, t = st[x]
-                why = f"|t| = {abs(t):.2f} crossed the look's two-sided nominal level {2 * nom:.2g}"
+                why = f"t = {t:+.2f} crossed (two-sided nominal level {2 * nom:.2g})"
                 self.done[x] = Decision(x, "better" if t > 0 else "worse", k + 1, n, mean, se, t, why)
                 _recycle(self.level_diff, x, self._open())
                 return True
@@ -286,7 +286,7 @@ class _Family:
         for x in (y for y in here if y not in self.done):
             ok, nom = self._equivalent(x, n, k)
             if ok:
-                why = f"both one-sided tests crossed the look's nominal level {nom:.2g}"
+                why = f"both one-sided tests crossed (nominal level {nom:.2g})"
                 self.done[x] = Decision(x, f"equivalent (±{self.margin:g})", k + 1, n, *st[x], why)
                 _recycle(self.level_eq, x, self._open())
                 return True
@@ -330,6 +330,7 @@ def markdown(result: Sequential) -> str:
         "stopping early an estimate leans away from 0: read it with its look).",
     ]
     capped = [d for d in result.decisions if d.verdict == "inconclusive at the cap" and d.se]
+    lines += [""] if capped else []
     for d in capped:
         lines.append(
             f"{d.name}: at the cap its SE is {d.se:.3f}, so the design resolved differences of about "

@@ -171,7 +171,7 @@ def test_fewer_than_three_seeds_gives_values_only():
     assert c.seeds == [0, 1] and c.dropped == {"b": [2]}
     assert c.means["a"].value == pytest.approx(0.45) and c.means["a"].lo is None and c.means["a"].hi is None
     assert c.diffs["b"].value == pytest.approx(0.075) and c.diffs["b"].lo is None and c.diffs["b"].p is None
-    assert FEW_SEEDS_NOTE.format(min=3, s=2) in c.notes and any("seeds [2] left out" in n for n in c.notes)
+    assert FEW_SEEDS_NOTE.format(min=3, s=2) in c.notes and any("seeds 2 left out" in n for n in c.notes)
     a = assess([c])
     assert a.m == 0 and a.mde == [None] and a.rows[0].verdict == "inconclusive"
     assert "resolves no difference" in markdown(a)
