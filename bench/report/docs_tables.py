@@ -146,11 +146,19 @@ def sweep_comparisons(results: Path, sweep: str) -> tuple[str, str]:
 
 def sweep_credit(results: Path, sweep: str) -> tuple[str, str]:
     """The report's primary family: each credit method against its twin and its placebo, and its MDE lines."""
-    report = _report(results, sweep)
-    credit = (report.get("analysis") or {}).get("credit")
-    if not credit:
-        raise CreditBenchError(f"results/{sweep}/report.json has no credit comparisons (no credit_controls)")
-    return credit["markdown"], f"{sweep}/report.json"
+    return _analysis_part(results, sweep, "credit", "no credit comparisons (no credit_controls)")
+
+
+def sweep_sequential(results: Path, sweep: str) -> tuple[str, str]:
+    """A sequential sweep's credit family as decided round by round: the decisions and the design."""
+    return _analysis_part(results, sweep, "sequential", "no sequential decisions (its spec has no sequential)")
+
+
+def _analysis_part(results: Path, sweep: str, key: str, missing: str) -> tuple[str, str]:
+    part = (_report(results, sweep).get("analysis") or {}).get(key)
+    if not part:
+        raise CreditBenchError(f"results/{sweep}/report.json has {missing}")
+    return part["markdown"], f"{sweep}/report.json"
 
 
 def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
@@ -174,15 +182,6 @@ def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
     if not blocks:
         raise CreditBenchError(f"results/{sweep}/report.json has no {kind} section")
     return "\n\n".join("\n".join(b) for b in blocks), f"{sweep}/report.json"
-
-
-def sweep_sequential(results: Path, sweep: str) -> tuple[str, str]:
-    """A sequential sweep's credit family as decided round by round: the decisions and the design."""
-    report = _report(results, sweep)
-    family = (report.get("analysis") or {}).get("sequential")
-    if not family:
-        raise CreditBenchError(f"results/{sweep}/report.json has no sequential decisions (its spec has no sequential)")
-    return family["markdown"], f"{sweep}/report.json"
 
 
 def sweep_blame(results: Path, sweep: str) -> tuple[str, str]:

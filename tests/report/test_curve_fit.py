@@ -119,7 +119,7 @@ def test_a_group_must_be_one_label_with_a_base_eval():
 
 
 def test_the_embedded_sweeps_two_point_design_is_flagged():
-    """results/embedded: 18 seeds per label evaluated at 0 and 2,048 samples: no label's curve is
+    """results/embedded: 6 to 48 seeds per label evaluated at 0 and 2,048 samples: no label's curve is
     determined, and the report says so."""
     runs = load_runs(str(REPO / "results"), "embedded")
     grpo = fit_label([r for r in runs if r.label == "grpo"], "chain")
