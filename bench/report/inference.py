@@ -49,7 +49,7 @@ import numpy as np
 from scipy import stats
 
 from bench.errors import CreditBenchError
-from bench.report.stats import benjamini_hochberg, holm, mde, mean_interval
+from bench.report.stats import benjamini_hochberg, holm, mde, mean_interval, seed_span
 
 MIN_SEEDS = 3
 FEW_SEEDS_NOTE = (
@@ -129,17 +129,6 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def seed_span(seeds: Sequence[int]) -> str:
-    """Seeds as runs of consecutive ones: ``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``."""
-    out: list[str] = []
-    for s in sorted(seeds):
-        if out and s == int(out[-1].rpartition("-")[2]) + 1:
-            out[-1] = f"{out[-1].partition('-')[0]}-{s}"
-        else:
-            out.append(str(s))
-    return ", ".join(out)
 
 
 def _run_means(scores: Mapping[str, Mapping[int, Any]]) -> tuple[dict[str, dict[int, float]], int | None]:

@@ -21,11 +21,10 @@ open is tested, and one that is decided gets no more seeds:
    boundaries at the comparison's share of alpha (one-sided), Holm-recycled among the equivalence
    tests in the same way. A comparison shown equivalent stops: for the difference test that is a
    non-binding futility stop, which can only lower its error.
-4. **The cap.** A comparison still open when the cap is reached is "inconclusive at the cap"; its
-   minimum detectable difference at the cap says what the design resolved.
+4. **The cap.** Still open at the cap: "inconclusive at the cap", with what the cap resolved.
 
-Everything is a function of the data: the decisions are recomputed from the runs' results at every
-look, so the report reproduces exactly and a resumed sweep continues where the data say.
+The decisions are a function of the runs' results, recomputed at every look: the report reproduces
+exactly and a resumed sweep continues where the data say.
 """
 
 from __future__ import annotations
@@ -96,20 +95,7 @@ def boundaries(fractions: tuple[float, ...], a: float, kind: str, grid: int = 80
                 tail = special.ndtr((px - c * math.sqrt(t)) / sd)  # P(N(0,1) > (c sqrt t - x) / sd)
                 return float(np.trapezoid(pf * tail, px))
 
-            if target <= 0:
-                c = math.inf
-            else:
-                lo_c, hi_c = -10.0, 40.0
-                if cross(lo_c) < target:
-                    c = lo_c
-                else:
-                    for _ in range(80):  # bisection: cross() falls as c rises
-                        mid = (lo_c + hi_c) / 2
-                        if cross(mid) > target:
-                            lo_c = mid
-                        else:
-                            hi_c = mid
-                    c = (lo_c + hi_c) / 2
+            c = _solve(cross, target)
             out.append(float(c))
             top = (c if math.isfinite(c) else 40.0) * math.sqrt(t)
             x = np.linspace(-10 * math.sqrt(t), top, grid)
@@ -119,6 +105,19 @@ def boundaries(fractions: tuple[float, ...], a: float, kind: str, grid: int = 80
         prev_x, prev_f, prev_t = x, f, t
         prev_spent += max(target, 0.0)
     return tuple(out)
+
+
+def _solve(cross, target: float) -> float:
+    """The c where ``cross(c)``, which falls as c rises, equals ``target``: bisection on [-10, 40]."""
+    if target <= 0:
+        return math.inf
+    lo, hi = -10.0, 40.0
+    if cross(lo) < target:
+        return lo
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cross(mid) > target else (lo, mid)
+    return (lo + hi) / 2
 
 
 @lru_cache(maxsize=4096)
@@ -239,7 +238,7 @@ class _Family:
         self.level_eq = dict.fromkeys(data, alpha / m)  # one-sided share of each half of the TOST
         self.done: dict[str, Decision] = {}
 
-    def _open(self) -> list[str]:
+    def _open(self) -> list[str]:  # the comparisons not yet decided
         return [x for x in self.data if x not in self.done]
 
     def _nominal(self, level: float, k: int) -> float:
@@ -330,16 +329,15 @@ def markdown(result: Sequential) -> str:
         "stopping early an estimate leans away from 0: read it with its look).",
     ]
     capped = [d for d in result.decisions if d.verdict == "inconclusive at the cap" and d.se]
-    lines += [""] if capped else []
-    for d in capped:
-        lines.append(
-            f"{d.name}: at the cap its SE is {d.se:.3f}, so the design resolved differences of about "
-            f"{2.8 * d.se:.3f} (80% power at 5%, unadjusted); more seeds, or less noise per seed, decide it."
-        )
+    lines += [""] * bool(capped) + [
+        f"{d.name}: at the cap its SE is {d.se:.3f}, so the design resolved differences of about "
+        f"{2.8 * d.se:.3f} (80% power at 5%, unadjusted); more seeds, or less noise per seed, decide it."
+        for d in capped
+    ]
     return "\n".join(lines)
 
 
-def _next_look(looks: tuple[int, ...], n: int) -> int:
+def _next_look(looks: tuple[int, ...], n: int) -> int:  # the seeds of the look after n (the cap's at the end)
     return next((x for x in looks if x > n), looks[-1])
 
 
@@ -376,7 +374,6 @@ def simulate(
         error = False
         for i, d in enumerate(res.decisions):
             kind = d.verdict.split(",")[0].split(" ")[0]
-            kind = {"inconclusive": "inconclusive"}.get(kind, kind)
             counts[kind if kind in counts else "inconclusive"][i] += 1
             seeds[s, i] = d.seeds
             error |= truth[i] == 0 and d.verdict.startswith(("better", "worse"))

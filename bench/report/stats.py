@@ -138,3 +138,14 @@ def mean_interval(y: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.nd
         se = np.nan_to_num(y.std(-1, ddof=1) / (2 * math.sqrt(S) * np.sqrt(m * (1 - m))))
     half = stats.t.ppf(0.5 + level / 2, S - 1) * se
     return np.sin(np.clip(theta - half, 0, np.pi / 2)) ** 2, np.sin(np.clip(theta + half, 0, np.pi / 2)) ** 2
+
+
+def seed_span(seeds: Sequence[int]) -> str:
+    """Seeds as runs of consecutive ones: ``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``."""
+    out: list[str] = []
+    for s in sorted(seeds):
+        if out and s == int(out[-1].rpartition("-")[2]) + 1:
+            out[-1] = f"{out[-1].partition('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ", ".join(out)

@@ -46,7 +46,7 @@ from bench.config import TaskSpec
 from bench.core import check
 from bench.errors import CreditBenchError, did_you_mean
 from bench.run.args import describe_type, load_yaml, locate
-from bench.run.entries import Budget, Control, MethodEntry, ModelEntry
+from bench.run.entries import Budget, Control, MethodEntry, ModelEntry, SequentialSpec, Tune
 
 TargetOf = Literal["gain", "final"]
 TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
@@ -99,67 +99,6 @@ class Analysis:
         for name in ("sd_train", "sd_item"):
             value = getattr(self, name)
             check(value is None or value >= 0, f"analysis.{name} must be >= 0, got {value}")
-
-
-@dataclass
-class Tune:
-    """Learning rates tuned with an equal budget before the verdict (bench.run.tuning): every label (twins
-    and placebos included) runs every grid point on the tuning seeds at the sweep's budget, is scored on
-    eval problems after the verdict's, and keeps its best point for the evaluation seeds."""
-
-    lr: list[float]
-    """The rl.lr grid."""
-    seeds: list[int]
-    """Tuning seeds, disjoint from the sweep's seeds: no verdict sees a run that chose its settings."""
-    knobs: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
-    """Method name -> {option: values}: at most one declared knob per method, tuned with the lr."""
-    pairs: bool = False
-    """Each credit method and its credit controls share one learning rate: the grid point where the mean
-    of the method and its twin is best on the tuning seeds (the placebo takes it and runs no tuning of
-    its own). The comparison with the twin is then made at one rate, where a shared seed keeps the two
-    runs alike, and the tuning runs give it at every other rate of the grid too (the report's
-    sensitivity row). Labels outside a pair are tuned each on its own."""
-
-    def __post_init__(self) -> None:
-        check(len(self.lr) > 0 and all(x > 0 for x in self.lr), f"tune.lr must list learning rates > 0, got {self.lr}")
-        check(len(self.seeds) > 0, "tune.seeds must list at least one tuning seed")
-        check(
-            not (self.pairs and self.knobs), "tune.pairs and tune.knobs cannot be combined: a pair shares its lr only"
-        )
-        for method, knob in self.knobs.items():
-            check(
-                isinstance(knob, dict) and len(knob) == 1 and all(isinstance(v, list) and v for v in knob.values()),
-                f"tune.knobs.{method} must be one option with a list of values ({{option: [v1, v2]}}), got {knob!r}",
-            )
-
-
-@dataclass
-class SequentialSpec:
-    """Seeds added in rounds until each credit comparison is decided (bench.report.sequential): the
-    spec's seeds, in ascending order, are run ``first`` at a time for every label, then ``step`` more
-    per round for the labels of the comparisons still undecided, up to ``cap``."""
-
-    first: int = 6
-    """Seeds of the first round (every label; at least 3)."""
-    step: int = 6
-    """Seeds added per round to the labels an undecided comparison needs."""
-    cap: int = 60
-    """The most seeds a comparison gets; the spec's seeds must number at least this."""
-    spending: str = "obf"
-    """Alpha spending over the looks: obf (O'Brien-Fleming-type, saves alpha for the last looks) or
-    pocock (spends early)."""
-
-    def __post_init__(self) -> None:
-        check(self.first >= 3, f"sequential.first must be >= 3 seeds (no test from fewer), got {self.first}")
-        check(self.step >= 1, f"sequential.step must be >= 1 seed, got {self.step}")
-        check(self.cap >= self.first, f"sequential.cap must be >= sequential.first ({self.first}), got {self.cap}")
-        check(
-            self.spending in ("obf", "pocock"), f"sequential.spending must be one of obf, pocock, got {self.spending!r}"
-        )
-
-    def seeds(self, seeds: list[int], labels_need: int) -> list[int]:
-        """The first ``labels_need`` of ``seeds`` in ascending order: the seeds a label runs."""
-        return sorted(set(seeds))[:labels_need]
 
 
 @dataclass
