@@ -111,7 +111,3 @@ class SequentialSpec:
         check(
             self.spending in ("obf", "pocock"), f"sequential.spending must be one of obf, pocock, got {self.spending!r}"
         )
-
-    def seeds(self, seeds: list[int], labels_need: int) -> list[int]:
-        """The first ``labels_need`` of ``seeds`` in ascending order: the seeds a label runs."""
-        return sorted(set(seeds))[:labels_need]
