@@ -22,6 +22,7 @@ import hashlib
 import json
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 
 import lightning as L
@@ -208,87 +209,119 @@ def warm_start(
     print(announcement(task_name, size, cfg, out), flush=True)
     check_rows = [rows[i] for i in range(len(rows) - CHECK_ROWS, len(rows))]
     train_rows = rows.select(range(len(rows) - CHECK_ROWS))
-    from bench.run.fingerprint import fingerprint
-    from bench.run.lineage import log_task_data
-    from bench.run.progress import optimizer_steps, step_progress
-    from bench.run.tracking import flatten, git_commit, log_dict, make_logger
-
-    logger = make_logger(
-        tracking_uri,
-        "creditbench-warmstart",
-        f"warmstart-{task_name}-{size}-seed{cfg.seed}",
-        {
-            "task": task_name,
-            "task_version": task.VERSION,
-            "model": size,
-            "seed": str(cfg.seed),
-            "git_commit": git_commit(),
-            "kind": "warmstart",
-        },
-    )
-    logger.log_hyperparams({f"warmstart.{k}": v for k, v in flatten(cfg).items()})
-    log_task_data(logger, task_name, task, "train", train_rows, "training")
-
-    def fit(dense: range, max_steps: int) -> tuple[SFTModule, object]:
-        L.seed_everything(cfg.seed, verbose=False)
-        model, tokenizer = build_tiny(size, seed=cfg.seed)
-        module = SFTModule(model, tokenizer, task, cfg, check_rows, dense)
-        loader = DataLoader(
-            train_rows,
-            batch_size=cfg.batch_size,
-            shuffle=True,
-            collate_fn=lambda b: b,
-            generator=torch.Generator().manual_seed(cfg.seed),
-            drop_last=True,
-        )
-        trainer = L.Trainer(
-            accelerator="cpu",
-            devices=1,
-            max_steps=max_steps,
-            max_epochs=-1,
-            logger=logger if not dense else False,  # the replay retraces logged steps: not logged twice
-            enable_checkpointing=False,
-            enable_model_summary=False,
-            log_every_n_steps=25,
-            gradient_clip_val=1.0,
-            enable_progress_bar=progress,
-            callbacks=[step_progress("warm-start", max_steps, optimizer_steps, bar=progress)],
-        )
-        trainer.fit(module, loader)
-        return module, tokenizer
-
+    logger = _warmstart_logger(task_name, task, size, cfg, tracking_uri, train_rows)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
-        module, tokenizer = fit(range(0), cfg.max_steps)
-        checks = dict(module.checks)
-        window = replay_window(checks, cfg.target_accuracy, cfg.tolerance)
-        if window is not None:
-            print(
-                f"warm-start: check accuracy jumped from {checks.get(window.start, 0.0):.3f} at step {window.start} "
-                f"to {checks[window.stop - 1]:.3f} at step {window.stop - 1}; replaying, checking every step between",
-                flush=True,
-            )
-            module, tokenizer = fit(window, window.stop - 1)
-            checks |= module.checks
-        gap, step, weights = module.best
-        fraction, fractions = 1.0, {}
-        below = [
-            s for s in module.kept if checks[s] < cfg.target_accuracy and checks.get(s + 1, -1.0) >= cfg.target_accuracy
-        ]
-        if gap > cfg.tolerance and below:  # sharper than one step: take the last step in part
-            step = below[-1]
-            fraction, acc, weights = partial_step(
-                module, module.kept[step], module.kept[step + 1], cfg.target_accuracy, cfg.tolerance
-            )
-            gap, step, fractions = abs(acc - cfg.target_accuracy), step + 1, {"fraction": fraction, "accuracy": acc}
-            print(f"warm-start: one step crosses the target; the base takes {fraction:g} of step {step}", flush=True)
+        fit = partial(_fit, size, task, cfg, train_rows, check_rows, logger, progress)
+        module, tokenizer, chosen = _choose_base(fit, cfg)
     finally:
         torch.set_num_threads(threads)
-    wall = time.perf_counter() - t0
-    module.model.load_state_dict(weights)
-    accuracy = fractions.get("accuracy", checks[step])
+    module.model.load_state_dict(chosen.pop("weights"))
+    chosen["wall_s"] = round(time.perf_counter() - t0, 1)
+    return _save_base(module, tokenizer, chosen, task_name, size, cfg, logger, out)
+
+
+def _warmstart_logger(task_name: str, task: Task, size: str, cfg: WarmStartConfig, tracking_uri: str, train_rows):
+    """The warm-start's MLflow run: its tags, settings and training data."""
+    from bench.run.lineage import log_task_data
+    from bench.run.tracking import flatten, git_commit, make_logger
+
+    tags = {
+        "task": task_name,
+        "task_version": task.VERSION,
+        "model": size,
+        "seed": str(cfg.seed),
+        "git_commit": git_commit(),
+        "kind": "warmstart",
+    }
+    logger = make_logger(tracking_uri, "creditbench-warmstart", f"warmstart-{task_name}-{size}-seed{cfg.seed}", tags)
+    logger.log_hyperparams({f"warmstart.{k}": v for k, v in flatten(cfg).items()})
+    log_task_data(logger, task_name, task, "train", train_rows, "training")
+    return logger
+
+
+def _fit(
+    size, task, cfg: WarmStartConfig, train_rows, check_rows, logger, progress: bool, dense: range, max_steps: int
+):
+    """Supervised fine-tuning from the seed's initialisation for ``max_steps``, checking accuracy on
+    the held-out rows (at every step of ``dense``, a replay, which is not logged twice)."""
+    from bench.run.progress import optimizer_steps, step_progress
+
+    L.seed_everything(cfg.seed, verbose=False)
+    model, tokenizer = build_tiny(size, seed=cfg.seed)
+    module = SFTModule(model, tokenizer, task, cfg, check_rows, dense)
+    loader = DataLoader(
+        train_rows,
+        batch_size=cfg.batch_size,
+        shuffle=True,
+        collate_fn=lambda b: b,
+        generator=torch.Generator().manual_seed(cfg.seed),
+        drop_last=True,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        max_epochs=-1,
+        logger=logger if not dense else False,  # the replay retraces logged steps: not logged twice
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        log_every_n_steps=25,
+        gradient_clip_val=1.0,
+        enable_progress_bar=progress,
+        callbacks=[step_progress("warm-start", max_steps, optimizer_steps, bar=progress)],
+    )
+    trainer.fit(module, loader)
+    return module, tokenizer
+
+
+def _choose_base(fit, cfg: WarmStartConfig) -> tuple[SFTModule, object, dict]:
+    """Train, replay across a jump past the target, and take the step nearest the target accuracy
+    (part of a step where one step crosses it): the module, its tokenizer, and what was chosen."""
+    module, tokenizer = fit(range(0), cfg.max_steps)
+    checks = dict(module.checks)
+    window = replay_window(checks, cfg.target_accuracy, cfg.tolerance)
+    if window is not None:
+        print(
+            f"warm-start: check accuracy jumped from {checks.get(window.start, 0.0):.3f} at step {window.start} "
+            f"to {checks[window.stop - 1]:.3f} at step {window.stop - 1}; replaying, checking every step between",
+            flush=True,
+        )
+        module, tokenizer = fit(window, window.stop - 1)
+        checks |= module.checks
+    gap, step, weights = module.best
+    fraction, fractions = 1.0, {}
+    below = [
+        s for s in module.kept if checks[s] < cfg.target_accuracy and checks.get(s + 1, -1.0) >= cfg.target_accuracy
+    ]
+    if gap > cfg.tolerance and below:  # sharper than one step: take the last step in part
+        step = below[-1]
+        fraction, acc, weights = partial_step(
+            module, module.kept[step], module.kept[step + 1], cfg.target_accuracy, cfg.tolerance
+        )
+        gap, step, fractions = abs(acc - cfg.target_accuracy), step + 1, {"fraction": fraction, "accuracy": acc}
+        print(f"warm-start: one step crosses the target; the base takes {fraction:g} of step {step}", flush=True)
+    chosen = {
+        "steps": step,
+        "step_fraction": fraction,
+        "check_accuracy": fractions.get("accuracy", checks[step]),
+        "within_tolerance": gap <= cfg.tolerance,
+        "replayed": window is not None,
+        "checks": {str(k): v for k, v in sorted(checks.items())},
+        "weights": weights,
+    }
+    return module, tokenizer, chosen
+
+
+def _save_base(
+    module, tokenizer, chosen: dict, task_name: str, size: str, cfg: WarmStartConfig, logger, out: Path
+) -> Path:
+    """Write the base and its warmstart.json next to ``out``, log them, and move them into place."""
+    from bench.run.fingerprint import fingerprint
+    from bench.run.tracking import log_dict
+
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     module.model.save_pretrained(tmp)
@@ -297,21 +330,21 @@ def warm_start(
         "task": task_name,
         "size": size,
         "params": num_parameters(module.model),
-        "steps": step,
-        "step_fraction": fraction,
-        "check_accuracy": accuracy,
+        "steps": chosen["steps"],
+        "step_fraction": chosen["step_fraction"],
+        "check_accuracy": chosen["check_accuracy"],
         "target_accuracy": cfg.target_accuracy,
-        "within_tolerance": gap <= cfg.tolerance,
-        "replayed": window is not None,
-        "checks": {str(k): v for k, v in sorted(checks.items())},
+        "within_tolerance": chosen["within_tolerance"],
+        "replayed": chosen["replayed"],
+        "checks": chosen["checks"],
         "weights_sha256": bases.weights_sha256(tmp),
         "fingerprint": fingerprint(1),
-        "wall_s": round(wall, 1),
+        "wall_s": chosen["wall_s"],
         "seed": cfg.seed,
         "mlflow_run_id": logger.run_id,
     }
     (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
-    logger.log_metrics({"warmstart/base_check_accuracy": accuracy, "warmstart/base_step": step})
+    logger.log_metrics({"warmstart/base_check_accuracy": info["check_accuracy"], "warmstart/base_step": info["steps"]})
     log_dict(logger, info, "warmstart.json")
     logger.end("success")
     shutil.rmtree(out, ignore_errors=True)
