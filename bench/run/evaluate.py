@@ -18,7 +18,7 @@ import argparse
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -264,26 +264,64 @@ def run_policy(training: TrainingRun, uri: str) -> str:
 
 
 def evaluate(a: argparse.Namespace, task, rows, ks: list[int], training: TrainingRun | None = None) -> dict[str, Any]:
+    """pass@k of a checkpoint on ``rows``: generate, grade, log an MLflow eval run, and return the
+    result with its per-problem counts."""
     import torch
 
     from bench.config import SamplingConfig
-    from bench.engine.metrics import PassAtK, eval_summary, metric_key
-    from bench.engine.rollout import HFRolloutEngine
+    from bench.engine.metrics import eval_summary
     from bench.models.policy import load_policy
-    from bench.run.progress import counter
-    from bench.run.tracking import git_commit, log_eval_run
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = a.dtype if a.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
-    top_k = getattr(a, "top_k", 0)
-    sampling = SamplingConfig(temperature=a.temperature, top_p=a.top_p, top_k=top_k, max_new_tokens=a.max_new_tokens)
+    sampling = SamplingConfig(
+        temperature=a.temperature, top_p=a.top_p, top_k=getattr(a, "top_k", 0), max_new_tokens=a.max_new_tokens
+    )
     t0 = time.perf_counter()
     model, tokenizer = load_policy(a.model, dtype, accepts=MODELS)
     model.to(device).eval()
     torch.manual_seed(a.seed)
+    graded = _generate_and_grade(a, task, rows, ks, model, tokenizer, sampling)
+    res = eval_summary(graded.metric, graded.lengths, graded.truncated, graded.flex)  # as a training run's evals
+    res["wall_s"] = time.perf_counter() - t0
+    name = f"runs:/{training.run_id}/policy" if training else a.model  # a training run's policy: named by the run
+    run_id = _log_eval(a, task, rows, training, name, res, graded, {"dtype": dtype, "device": device})
+    return {
+        "model": name,
+        "task": a.task,
+        "task_version": task.VERSION,
+        "split": a.split,
+        "n": a.n,
+        "ks": ks,
+        "num_problems": len(rows),
+        "metrics": res,
+        "mlflow_run_id": run_id,
+        "per_problem": graded.per_problem,
+    }
+
+
+@dataclass
+class _Graded:
+    """What an evaluation's generations came to: the pass@k state, per problem, and per sample."""
+
+    metric: Any
+    per_problem: list[dict] = field(default_factory=list)
+    samples: list[dict] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    flex: list[bool] = field(default_factory=list)
+
+
+def _generate_and_grade(a: argparse.Namespace, task, rows, ks: list[int], model, tokenizer, sampling) -> _Graded:
+    """``a.n`` completions of every problem, in batches of ``a.batch_size`` completions, graded."""
+    import torch
+
+    from bench.engine.metrics import PassAtK
+    from bench.engine.rollout import HFRolloutEngine
+    from bench.run.progress import counter
+
     engine = HFRolloutEngine(model, tokenizer)
-    metric = PassAtK(ks)
-    per_problem, samples, lengths, truncated, flex = [], [], [], [], []
+    g = _Graded(PassAtK(ks))
     step = max(1, a.batch_size // a.n)  # problems per generate call
     shown = counter(f"eval {a.task}", len(rows), "problem")  # stderr: a bar on a terminal, else lines
     shown.update(0)
@@ -293,31 +331,29 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int], training: Trainin
         expanded = [r for r in chunk for _ in range(a.n)]
         outcomes = task.verify(gen.texts, expanded, details=True)
         correct = torch.tensor([o.correct for o in outcomes]).view(len(chunk), a.n)
-        metric.update(correct)
-        lengths += gen.completion_mask.sum(-1).tolist()
-        truncated += gen.truncated.tolist()
-        flex += [bool(o.correct_flexible) for o in outcomes]
+        g.metric.update(correct)
+        g.lengths += gen.completion_mask.sum(-1).tolist()
+        g.truncated += gen.truncated.tolist()
+        g.flex += [bool(o.correct_flexible) for o in outcomes]
         for j, r in enumerate(chunk):
-            per_problem.append({"id": r["id"], "correct": int(correct[j].sum()), "n": a.n})
-            if len(samples) < a.samples_to_log:
+            g.per_problem.append({"id": r["id"], "correct": int(correct[j].sum()), "n": a.n})
+            if len(g.samples) < a.samples_to_log:
                 o = outcomes[j * a.n]
-                samples.append(
-                    {
-                        "id": r["id"],
-                        "completion": gen.texts[j * a.n],
-                        "parsed": o.parsed,
-                        "answer": str(r["answer"])[:500],
-                        "correct": o.correct,
-                        "error": o.error,
-                    }
+                text, answer = gen.texts[j * a.n], str(r["answer"])[:500]
+                g.samples.append(
+                    dict(id=r["id"], completion=text, parsed=o.parsed, answer=answer, correct=o.correct, error=o.error)
                 )
-        shown.update(len(per_problem), {"pass@1": metric.num_correct() / (len(per_problem) * a.n)})  # so far
+        shown.update(len(g.per_problem), {"pass@1": g.metric.num_correct() / (len(g.per_problem) * a.n)})  # so far
     shown.close()
-    wall = time.perf_counter() - t0
-    res = eval_summary(metric, lengths, truncated, flex)  # as a training run's evals report them
-    res["wall_s"] = wall
-    # a training run's policy is named by the run (its local copy may be temporary), and linked to it
-    model = f"runs:/{training.run_id}/policy" if training else a.model
+    return g
+
+
+def _log_eval(a: argparse.Namespace, task, rows, training, model: str, res: dict, g: _Graded, where: dict) -> str:
+    """The eval's MLflow run (linked to its training run, if any): tags, settings, metrics, the
+    per-problem counts and the logged completions. Returns its run id."""
+    from bench.engine.metrics import metric_key
+    from bench.run.tracking import git_commit, log_eval_run
+
     run_name = a.run_name or f"eval-{a.task}-{training.name if training else Path(a.model.rstrip('/')).name}"
     tags = {"kind": "eval", "task": a.task, "task_version": task.VERSION, "model": model, "git_commit": git_commit()}
     if training:
@@ -332,30 +368,17 @@ def evaluate(a: argparse.Namespace, task, rows, ks: list[int], training: Trainin
         "num_problems": len(rows),
         "temperature": a.temperature,
         "top_p": a.top_p,
-        "top_k": top_k,
+        "top_k": getattr(a, "top_k", 0),
         "max_new_tokens": a.max_new_tokens,
         "template": task.config.template,
-        "dtype": dtype,
+        "dtype": where["dtype"],
         "seed": a.seed,
-        "device": device,
+        "device": where["device"],
     }
     metrics = {metric_key("eval", a.task, k): v for k, v in res.items() if np.isfinite(v)}
-    table = ("completions.json", {k: [s[k] for s in samples] for k in samples[0]}) if samples else None
-    run_id = log_eval_run(
-        a.uri, a.experiment, run_name, tags, params, metrics, {"per_problem.json": {"per_problem": per_problem}}, table
-    )
-    return {
-        "model": model,
-        "task": a.task,
-        "task_version": task.VERSION,
-        "split": a.split,
-        "n": a.n,
-        "ks": ks,
-        "num_problems": len(rows),
-        "metrics": res,
-        "mlflow_run_id": run_id,
-        "per_problem": per_problem,
-    }
+    table = ("completions.json", {k: [s[k] for s in g.samples] for k in g.samples[0]}) if g.samples else None
+    files = {"per_problem.json": {"per_problem": g.per_problem}}
+    return log_eval_run(a.uri, a.experiment, run_name, tags, params, metrics, files, table)
 
 
 def format_result(r: dict[str, Any]) -> str:
