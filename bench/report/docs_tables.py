@@ -87,6 +87,7 @@ def sweep_summary(results: Path, sweep: str) -> tuple[str, str]:
         "method",
         "base → final pass@1 (per seed)" if per_seed_column else "base pass@1",
         "final pass@1",
+        "gain over base (points)",
         f"Δ pass@1 vs {base}",
         "AUC samples",
         f"Δ AUC vs {base}",
@@ -106,6 +107,7 @@ def sweep_summary(results: Path, sweep: str) -> tuple[str, str]:
             r["method"],
             per_seed,
             _ci(m["pass_at_1"]),
+            _gain(m),
             _ci(v.get("pass_at_1"), True),
             _ci(m["auc_samples"]),
             _ci(v.get("auc_samples"), True),
@@ -113,6 +115,12 @@ def sweep_summary(results: Path, sweep: str) -> tuple[str, str]:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines), f"{sweep}/report.json"
+
+
+def _gain(m: dict) -> str:
+    """The mean over seeds of final minus base pass@1, in points (each seed against its own base)."""
+    pairs = list(zip(m["base_pass_at_1"]["values"], m["pass_at_1"]["values"]))
+    return f"{100 * sum(f - b for b, f in pairs) / len(pairs):+.1f}" if pairs else "–"
 
 
 def sweep_run(results: Path, sweep: str) -> tuple[str, str]:
