@@ -181,3 +181,21 @@ def test_files_stay_small():
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def test_engine_tests_do_not_import_the_benchmarks():
+    """tests/engine tests the engine: what its tests import and launch lives in bench.engine (the
+    multi-process parity runs: bench.engine.parity), not in the benchmark scripts of bench.perf."""
+    bad = []
+    for path in sorted((ROOT / "tests" / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names] if node.module else []
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args:
+                names = [node.args[0].value] if isinstance(node.args[0], ast.Constant) else []
+            else:
+                continue
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.startswith("bench.perf")]
+    assert not bad, "tests/engine imports bench.perf:\n" + "\n".join(bad)

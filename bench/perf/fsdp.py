@@ -3,7 +3,7 @@
     python -m bench.perf.fsdp [--out results/benchmarks/fsdp]
 
 The figures of tests/engine/test_fsdp.py, written down: bench/perf/workers/fsdp.py runs the module's real
-scoring and update of bench/perf/workers/ddp.py's fixed batch (5 groups of 4 completions; one process holds
+scoring and update of bench.engine.parity's fixed batch (5 groups of 4 completions; one process holds
 2 groups of short completions, the other 3 of long ones) for each aggregation and a LoRA case, fused
 and in micro-batches of at most 40 tokens (3 on one process, 6 on the other); this script computes
 the same update in one process and reports, per case, the largest difference between the whole
@@ -38,8 +38,8 @@ def main() -> int:
     parser.add_argument("--out", default="results/benchmarks/fsdp")
     a = parser.parse_args()
     torch.set_num_threads(1)  # as each worker process computes
-    from bench.perf.workers import ddp as ddp_worker
-    from bench.perf.workers import fsdp as fsdp_worker
+    from bench.engine.parity.batch import CASES, LORA_CASE
+    from bench.engine.parity.update import update_case
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fsdp.pt"
@@ -61,11 +61,9 @@ def main() -> int:
             return 1
         sharded = torch.load(out)
     rows = []
-    for case in [*ddp_worker.CASES, fsdp_worker.LORA_CASE]:
-        lora = case == fsdp_worker.LORA_CASE
+    for case in [*CASES, LORA_CASE]:
         for split, budget in (("fused", 0), ("micro-batches", 10_000)):
-            policy = fsdp_worker.lora_policy() if lora else None
-            one = ddp_worker.update_case("grpo" if lora else case, 1, policy, micro_batch_tokens=budget)
+            one = update_case(case, 1, micro_batch_tokens=budget)
             two = sharded[case if budget == 0 else f"{case}@split"]
             diff = max(float((one["grads"][k] - two["grads"][k]).abs().max()) for k in one["grads"])
             scale = max(float(g.abs().max()) for g in one["grads"].values())

@@ -1,6 +1,6 @@
 """Training in several processes: DDP on CPU (two processes on gloo, started by Lightning's own
-launcher through bench/perf/workers/ddp.py) against one process on the same global batch; the Lightning
-strategies make_strategy builds; activation checkpointing and bf16-mixed on CPU.
+launcher through ``python -m bench.engine.parity``) against one process on the same global batch; the
+Lightning strategies make_strategy builds; activation checkpointing and bf16-mixed on CPU.
 
 The gradient test is the acceptance criterion of multi-process training: the two processes hold
 unequal shares of the groups (8 short and 12 long completions: 31 and 122 tokens), so normalising
@@ -19,13 +19,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "bench" / "perf" / "workers" / "ddp.py"
-
-
-def _worker():
-    from bench.perf.workers import ddp as ddp_worker
-
-    return ddp_worker
+PARITY = [sys.executable, "-m", "bench.engine.parity"]  # the 2-process command (bench/engine/parity)
 
 
 def _free_port() -> int:
@@ -59,19 +53,21 @@ def test_ddp_update_matches_one_process_on_the_same_global_batch(tmp_path, one_t
     the loss (mean over processes of each one's W x part) and the gradient DDP leaves on the
     parameters (after its all-reduce) equal one process's on the whole batch; so do they when each
     process accumulates its share over micro-batches under a token budget."""
-    w = _worker()
-    batch = w.global_batch(w.char_tokenizer())
-    shares = [w.share(batch, groups) for groups in w.SHARES]
-    tokens, rows = [int(s.completion_mask.sum()) for s in shares], [s.size for s in shares]
+    from bench.engine.parity.batch import CASES, global_batch, shares
+    from bench.engine.parity.update import update_case
+    from bench.models.policy import build_tiny, char_tokenizer
+
+    parts = shares(global_batch(char_tokenizer()), devices=2)
+    tokens, rows = [int(s.completion_mask.sum()) for s in parts], [s.size for s in parts]
     assert tokens[0] != tokens[1] and rows[0] != rows[1], "unequal shares: the global counts must matter"
 
     out = tmp_path / "ddp.pt"
-    _launch([sys.executable, str(WORKER), "update", str(out), "--devices", "2"])
+    _launch([*PARITY, "update", str(out), "--strategy", "ddp", "--devices", "2"])
     ddp = torch.load(out)
 
-    n_params = len(list(w.build_tiny("tiny-500k")[0].parameters()))
-    for case in w.CASES:
-        one, two = w.update_case(case, devices=1), ddp[case]
+    n_params = len(list(build_tiny("tiny-500k")[0].parameters()))
+    for case in CASES:
+        one, two = update_case(case, devices=1), ddp[case]
         assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) == n_params
         diff = max(float((one["grads"][k] - two["grads"][k]).abs().max()) for k in one["grads"])
         scale = max(float(g.abs().max()) for g in one["grads"].values())
@@ -80,8 +76,8 @@ def test_ddp_update_matches_one_process_on_the_same_global_batch(tmp_path, one_t
 
     # gradient accumulation under DDP: each process's share in micro-batches (3 on one, 6 on the
     # other), the all-reduce held back until each one's last, equals one unsplit process
-    for case in w.CASES:
-        one, two = w.update_case(case, devices=1, micro_batch_tokens=10_000), ddp[f"{case}@split"]
+    for case in CASES:
+        one, two = update_case(case, devices=1, micro_batch_tokens=10_000), ddp[f"{case}@split"]
         diff = max(float((one["grads"][k] - two["grads"][k]).abs().max()) for k in one["grads"])
         scale = max(float(g.abs().max()) for g in one["grads"].values())
         assert diff < 1e-6 and scale > 1e-2, f"{case} split: max |grad difference| {diff:.2e} (largest {scale:.2e})"
@@ -97,11 +93,12 @@ def test_ddp_training_keeps_the_processes_in_step(tmp_path, one_thread):
     the processes; their sampling seeds differ; the budget, counted over both, stops both after 2
     of 4 steps; the weights stay identical; the greedy step-0 eval, split 3 + 4 problems and
     gathered, equals the single-process eval problem by problem."""
-    w = _worker()
+    from bench.engine.parity.train import train_ddp
+
     out = tmp_path / "train.pt"
-    _launch([sys.executable, str(WORKER), "train", str(out), "--devices", "2"])
+    _launch([*PARITY, "train", str(out), "--strategy", "ddp", "--devices", "2"])
     ranks = torch.load(out)
-    w.train(tmp_path / "one.pt", devices=1)
+    train_ddp(tmp_path / "one.pt", devices=1)
     (one,) = torch.load(tmp_path / "one.pt")
 
     assert [r["rl_step"] for r in ranks] == [2, 2] and one["rl_step"] == 2
@@ -242,8 +239,9 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients():
         return forward(*args, **kwargs)
 
     mlp.forward = counted
-    w = _worker()
-    a, b = w.update_case("dapo", 1, plain), w.update_case("dapo", 1, checkpointed)
+    from bench.engine.parity.update import update_case
+
+    a, b = update_case("dapo", 1, plain), update_case("dapo", 1, checkpointed)
     assert len(calls) == 2, "one forward and one recomputation in the backward pass"
     assert b["stats"]["loss/total"] == pytest.approx(a["stats"]["loss/total"], abs=1e-7)
     assert a["grads"].keys() == b["grads"].keys()
@@ -259,16 +257,16 @@ def test_bf16_mixed_trains_on_cpu_with_a_finite_loss(policy_dir):
     from bench.engine.data import PromptDataModule
     from bench.engine.fit import MemoryLogger
     from bench.engine.module import RLVRModule
+    from bench.engine.parity.train import GRPO, EveryTokenUp
     from bench.models.policy import load_policy
     from bench.registry import TASKS
 
-    w = _worker()
     model, tok = load_policy(policy_dir)
     before = [p.detach().clone() for p in model.parameters()]
     task = TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(train_size=64))
     rl = RLConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-3, sampling=SamplingConfig(max_new_tokens=8))
     ev = EvalConfig(num_problems=4)
-    module = RLVRModule(model, tok, w.EveryTokenUp(w.GRPO.Config(kl_coef=0.0)), task, "arithmetic", rl, ev)
+    module = RLVRModule(model, tok, EveryTokenUp(GRPO.Config(kl_coef=0.0)), task, "arithmetic", rl, ev)
     logger = MemoryLogger()
     trainer = L.Trainer(
         accelerator="cpu",

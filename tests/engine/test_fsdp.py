@@ -1,6 +1,6 @@
 """Training under FSDP2 (trainer.strategy fsdp: fully_shard per decoder layer through Lightning's
 ModelParallelStrategy) in two CPU processes on gloo, started by Lightning's launcher through
-bench/perf/workers/fsdp.py, against one process on the same global batch (bench/perf/workers/ddp.py's).
+``python -m bench.engine.parity --strategy fsdp``, against one process on the same global batch.
 
 The processes hold unequal shares of the groups (8 short and 12 long completions) and, under a token
 budget, split them into different numbers of micro-batches (3 and 6): the gradient each process keeps
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "bench" / "perf" / "workers" / "fsdp.py"
+PARITY = [sys.executable, "-m", "bench.engine.parity"]  # the 2-process command (bench/engine/parity)
 
 
 def _load(name: str, path: Path):
@@ -29,12 +29,6 @@ _ddp_test = _load("test_ddp_helpers", REPO / "tests" / "engine" / "test_ddp.py")
 _launch, one_thread = _ddp_test._launch, _ddp_test.one_thread  # a 2-process launch; the 1-thread fixture
 
 
-def _ddp_worker():
-    from bench.perf.workers import ddp as ddp_worker
-
-    return ddp_worker
-
-
 def _max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys()
     return max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -46,22 +40,19 @@ def test_fsdp_update_matches_one_process_on_the_same_global_batch(tmp_path, one_
     unit): the loss and the whole gradient (every shard gathered) equal one process's on the whole
     batch, fused and with each process accumulating its share over a different number of
     micro-batches. (Every aggregation: python -m bench.perf.fsdp, results/benchmarks/fsdp.md.)"""
-    w = _ddp_worker()
-    from bench.perf.workers import fsdp as fsdp_worker
+    from bench.engine.parity.batch import LORA_CASE
+    from bench.engine.parity.update import update_case
 
     out = tmp_path / "fsdp.pt"
-    cases = ["grpo", "entropy_top", fsdp_worker.LORA_CASE]
-    _launch([sys.executable, str(WORKER), "update", str(out), "--cases", *cases])
+    cases = ["grpo", "entropy_top", LORA_CASE]
+    _launch([*PARITY, "update", str(out), "--strategy", "fsdp", "--cases", *cases])
     fsdp = torch.load(out)
 
     diffs = {}
     for case in cases:
-        lora = case == fsdp_worker.LORA_CASE
-        policy = fsdp_worker.lora_policy if lora else (lambda: None)
-        name = "grpo" if lora else case
         for split, budget in (("", 0), ("@split", 10_000)):
-            one, two = w.update_case(name, 1, policy(), micro_batch_tokens=budget), fsdp[case + split]
-            if lora:  # the adapter alone trains
+            one, two = update_case(case, 1, micro_batch_tokens=budget), fsdp[case + split]
+            if case == LORA_CASE:  # the adapter alone trains
                 assert all("lora_" in k for k in two["grads"]) and len(two["grads"]) > 0
             diffs[case + split] = diff = _max_diff(one["grads"], two["grads"])
             scale = max(float(g.abs().max()) for g in one["grads"].values())
@@ -84,7 +75,7 @@ def test_a_short_fsdp_run_trains_and_saves_the_whole_policy(tmp_path, one_thread
     from bench.models.policy import load_policy
 
     out = tmp_path / "train.pt"
-    _launch([sys.executable, str(WORKER), "train", str(out), *(["--lora"] if lora else [])], timeout=400)
+    _launch([*PARITY, "train", str(out), "--strategy", "fsdp", *(["--lora"] if lora else [])], timeout=400)
     r = torch.load(out, weights_only=False)
     assert r["rl_step"] == 3 and r["samples"] == 48
     assert [e["step"] for e in r["eval"]] == [0, 3] and r["eval"][0]["eval"]["arithmetic"]["num_problems"] == 7
@@ -173,6 +164,52 @@ def test_cli_train_with_fsdp_checkpoints_resumes_and_saves_the_policy(tmp_path, 
     assert f"resuming run {run.info.run_name!r}" in out.stdout and str(ckpt) in out.stdout, out.stdout[-2000:]
     (again,) = client.search_runs([client.get_experiment_by_name("fsdp").experiment_id])
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+
+
+def test_the_parity_runs_use_the_strategies_and_plan_a_run_builds():
+    """bench.engine.parity builds its Lightning strategies and FSDP plan itself (the engine sits below
+    bench.run): they are the ones make_strategy and shard_plan build from the same trainer settings,
+    so what the parity tests show holds for a run."""
+    from bench.config import RunConfig
+    from bench.engine.parity import processes
+    from bench.run.strategy import make_strategy, shard_plan
+
+    cfg = RunConfig()
+    cfg.model.name = "tiny-500k"
+    cfg.trainer.accelerator, cfg.trainer.devices = "cpu", 2
+    settings = (
+        "_process_group_backend",
+        "_data_parallel_size",
+        "_tensor_parallel_size",
+        "_save_distributed_checkpoint",
+    )
+    for name in processes.STRATEGIES:
+        cfg.trainer.strategy = name
+        ours, runs = processes.lightning_strategy(name, 2), make_strategy(cfg)
+        assert isinstance(runs, type(ours)), name
+        assert [getattr(ours, k, None) for k in settings] == [getattr(runs, k, None) for k in settings], name
+        assert ours._process_group_backend == "gloo"
+    assert processes.shard_plan() == shard_plan(cfg)  # cfg: fsdp
+    cfg.trainer.strategy, cfg.trainer.devices = "auto", 1
+    assert processes.lightning_strategy("ddp", 1) == make_strategy(cfg) == "auto"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["update", "x", "--strategy", "fsdp", "--devices", "1"], "fsdp runs in 2 processes, got --devices 1"),
+        (["update", "x", "--devices", "3"], "update splits the batch between 1 or 2 processes, got --devices 3"),
+        (["train", "x", "--lora"], "--lora is a train option of --strategy fsdp"),
+        (["train", "x", "--cases", "grpo"], "--cases is an update option"),
+    ],
+)
+def test_impossible_parity_commands_are_refused_in_one_line(args, message, capsys):
+    from bench.engine.parity.__main__ import parse
+
+    with pytest.raises(SystemExit) as exit_:
+        parse(args)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and message in err, err
 
 
 def test_fsdp_on_one_process_is_refused_in_one_line():
