@@ -36,7 +36,7 @@ def _local_data(monkeypatch):
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_sweep_builds_short_of_its_weights(path):
     from bench.run.plan import plan
-    from bench.run.sweep import load_spec
+    from bench.sweep.sweep import load_spec
 
     sweep = load_spec(path)
     seen, loaded = set(), set()
@@ -84,7 +84,7 @@ def test_hub_architectures_match_their_model_cards(name):
 
 
 def test_paper_sweep_model_overrides_reach_their_runs_only():
-    from bench.run.sweep import load_spec
+    from bench.sweep.sweep import load_spec
 
     sweep = load_spec(REPO / "results" / "papers" / "selective_traces.sweep.yaml")
     by_model = {r.cfg.model.name: r.cfg for r in sweep.runs}

@@ -3,10 +3,12 @@
 Layers, lowest first: the plug-in API (the contract of a method and a task, the registry, errors,
 numerics and the collectives of distributed.py), the run configuration (bench.config, which plug-ins
 never see), the models (bench.models: tiny policies, loading, the pretrained registry, the Hub
-architectures), then bench.engine, bench.run, bench.paired, bench.report, bench.perf, and bench.cli
-on top. A module imports its own layer and the ones below it, never one above; tasks/ and methods/ are plug-ins and
-import only the API (and their own package); nothing in bench/ imports a plug-in (it finds them
-through the registry). No two modules import each other, directly or around a longer circle. Imports inside
+architectures), then bench.engine, the MLflow store (bench.tracking), the base policies and their pins
+(bench.bases), one run (bench.run), sweeps of runs (bench.sweep: a sweep imports a run, never the
+reverse), bench.paired, bench.report, bench.perf, and bench.cli on top. A module imports its own
+layer and the ones below it, never one above; tasks/ and methods/ are plug-ins and import only the
+API (and their own package); nothing in bench/ imports a plug-in (it finds them through the
+registry). No two modules import each other, directly or around a longer circle. Imports inside
 functions count: a circle that only closes at call time is still a circle."""
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ LAYERS = [
     "bench.config",
     "bench.models",
     "bench.engine",
+    "bench.tracking",
+    "bench.bases",
     "bench.run",
+    "bench.sweep",
     "bench.paired",
     "bench.report",
     "bench.perf",
@@ -90,13 +95,17 @@ def test_the_graph_sees_the_layers():
     """The test reads what it should: the engine's module imports the core, the CLI the runner."""
     assert "bench.core" in GRAPH["bench.engine.module"]
     assert any(m.startswith("bench.run.") for m in GRAPH["bench.cli"])
+    assert "bench.run.train" in GRAPH["bench.sweep.worker"]  # a sweep imports a run (never the reverse)
     assert "bench.registry" in GRAPH["methods.grpo"]
     assert {layer(m) for m in GRAPH} >= {
         "api",
         "bench.config",
         "bench.models",
         "bench.engine",
+        "bench.tracking",
+        "bench.bases",
         "bench.run",
+        "bench.sweep",
         "bench.report",
         "bench.perf",
         "tasks",

@@ -1,7 +1,7 @@
 """bench/requirements.lock pins the environment the committed results were made in (bench/bootstrap.sh
 installs it with pip install --require-hashes --no-deps), so it has to stay a lock pip accepts in that
 mode, leave torch to the bootstrap, and keep up with pyproject.toml: a dependency added there, or a
-range moved past its pin, fails here until the lock is regenerated (python -m bench.run.lock)."""
+range moved past its pin, fails here until the lock is regenerated (python -m bench.bases.lock)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_torch_and_the_project_are_left_out():
     """The bootstrap installs torch first (the CPU build) or keeps a GPU user's CUDA build; the lock
     must never replace it. creditbench itself is installed editable."""
     left_in = {"torch", "creditbench"} & set(pins())
-    assert not left_in, f"the lock pins {sorted(left_in)}: python -m bench.run.lock leaves them out"
+    assert not left_in, f"the lock pins {sorted(left_in)}: python -m bench.bases.lock leaves them out"
 
 
 def test_pyproject_dependencies_are_locked_within_their_ranges():
@@ -81,6 +81,6 @@ def test_pyproject_dependencies_are_locked_within_their_ranges():
             bad.append(f"{spec}: not in the lock")
         elif not req.specifier.contains(locked[name], prereleases=True):
             bad.append(f"{spec}: the lock pins {locked[name]}")
-    assert not bad, "regenerate the lock (python -m bench.run.lock) from a .venv that fits pyproject.toml:\n" + (
+    assert not bad, "regenerate the lock (python -m bench.bases.lock) from a .venv that fits pyproject.toml:\n" + (
         "\n".join(bad)
     )

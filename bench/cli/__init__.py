@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from bench.run.args import ArgumentParser, quiet_libraries
-from bench.run.tracking import default_uri
+from bench.tracking.tracking import default_uri
 
 
 def cmd_train(argv: list[str]) -> int:
@@ -42,7 +42,7 @@ def cmd_train(argv: list[str]) -> int:
         checked = preflight(cfg)
     except CreditBenchError as e:  # a bad value in a run YAML: its file and line
         raise CreditBenchError(from_files(argv, str(e))) from None
-    from bench.run.sweep import result_writer
+    from bench.sweep.sweep import result_writer
 
     res = run(cfg, progress=progress, checked=checked, on_result=result_writer(cfg))
     from bench.distributed import rank
@@ -82,7 +82,7 @@ def cmd_ui(argv: list[str]) -> int:
     ap.add_argument("--uri", default=default_uri())
     ap.add_argument("--port", type=int, default=5000)
     a = ap.parse_args(argv)
-    from bench.run.tracking import check_tracking_uri
+    from bench.tracking.tracking import check_tracking_uri
 
     check_tracking_uri(a.uri)
     if a.uri.lower().startswith(("http://", "https://")):  # a tracking server serves its own UI
@@ -112,7 +112,7 @@ def cmd_ui(argv: list[str]) -> int:
 
 def _experiment_links(uri: str, ui: str) -> None:
     """Print the UI link of every experiment of the suite in the store at ``uri``, in training mode."""
-    from bench.run.tracking import TRAINING_KIND, client
+    from bench.tracking.tracking import TRAINING_KIND, client
 
     # MLflow 3.17 keeps its GenAI / Model training switch per browser (GenAI until changed) and the
     # experiments' kind tag does not override it; the workflowType parameter does
@@ -124,7 +124,7 @@ def _experiment_links(uri: str, ui: str) -> None:
 def _server_ui(uri: str) -> int:
     """An http(s) store is a tracking server (e.g. ``creditbench server``), which serves the UI itself:
     its address and the experiments' links, and no second UI."""
-    from bench.run.tracking import redact
+    from bench.tracking.tracking import redact
 
     ui = redact(uri).rstrip("/")
     print(f"MLflow UI of the tracking server: {ui} (it serves the UI itself); the runs, in training mode:")
@@ -134,8 +134,8 @@ def _server_ui(uri: str) -> int:
 
 def cmd_summarize(argv: list[str]) -> int:
     from bench.report.files import markdown, summarize
-    from bench.run.spec import SweepSpec, read_spec
-    from bench.run.stores import log_report
+    from bench.sweep.spec import SweepSpec, read_spec
+    from bench.tracking.stores import log_report
 
     ap = ArgumentParser(prog="creditbench summarize", description="Write a sweep's report from its finished runs.")
     ap.add_argument("--sweep", required=True)
@@ -220,7 +220,7 @@ def cmd_bases(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     import json
 
-    from bench.run import bases, warmstart
+    from bench.bases import bases, warmstart
 
     if a.cmd == "build":
         for task_name in a.tasks:
@@ -292,11 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "ui":
             return cmd_ui(rest)
         if cmd == "server":
-            from bench.run.server import main as cmd_server
+            from bench.sweep.server import main as cmd_server
 
             return cmd_server(rest)
         if cmd == "slurm":
-            from bench.run.slurm import main as cmd_slurm
+            from bench.sweep.slurm import main as cmd_slurm
 
             return cmd_slurm(rest)
         if cmd == "fetch":
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     except CreditBenchError as e:
         return _fail(str(e))
     except KeyboardInterrupt as e:  # one line (a sweep has said what it stopped); the shell's status for Ctrl-C
-        from bench.run.launch import SweepInterrupted
+        from bench.sweep.launch import SweepInterrupted
 
         if not isinstance(e, SweepInterrupted):
             print("creditbench: interrupted", file=sys.stderr)

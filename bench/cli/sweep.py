@@ -1,6 +1,6 @@
 """``creditbench sweep SPEC``: validate a sweep spec, list or plan its runs (``--dry_run``), or run it (its
 tuning sweep first where it has one) on this machine's workers or a Ray cluster (``--ray``), then print
-its report. The running itself is :func:`bench.run.launch.run_sweep`."""
+its report. The running itself is :func:`bench.sweep.launch.run_sweep`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from bench.run.args import ArgumentParser
-from bench.run.tracking import default_uri
+from bench.tracking.tracking import default_uri
 
 
 def _interrupt(signum, frame) -> None:
@@ -24,8 +24,8 @@ def _fail(msg: str) -> int:
 
 def main(argv: list[str]) -> int:
     from bench.report.files import markdown, write_report
-    from bench.run import tuning
-    from bench.run.sweep import load_spec
+    from bench.sweep import tuning
+    from bench.sweep.sweep import load_spec
 
     ap = ArgumentParser(
         prog="creditbench sweep",
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         default=os.environ.get("RAY_ADDRESS"),
         metavar="ADDRESS",
         help="run on a Ray cluster: its head's host:port (default: $RAY_ADDRESS; set, it implies --ray), or "
-        "'local' to start one on this machine (bench.run.ray_engine; docs/cluster.md)",
+        "'local' to start one on this machine (bench.sweep.ray_engine; docs/cluster.md)",
     )
     ap.add_argument(
         "--credit_probe",
@@ -121,9 +121,9 @@ def _run(sweep, a) -> tuple:
     """Its tuning sweep first where it has one and has not run, then the sweep (in rounds where it is
     sequential); the sweep of the runs it ran (at the tuned points; a sequential one's rounds) and its report."""
     from bench.report.files import write_report
-    from bench.run import tuning
-    from bench.run.launch import run_sweep
-    from bench.run.sweep import load_spec
+    from bench.sweep import tuning
+    from bench.sweep.launch import run_sweep
+    from bench.sweep.sweep import load_spec
 
     def run(s):
         return run_sweep(s, write_report, a.jobs, a.results_dir, a.uri, isolate=a.isolate, ray=a.ray)

@@ -129,7 +129,7 @@ def _with_lr(cfg: RunConfig, lr: float) -> RunConfig:
 def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | Path = "results") -> Plan:
     """The probe of the sweep at ``spec_path``: each credit method (``analysis.credit_controls``) against
     its twin (and placebo), every label at the common rates and at its tuned one."""
-    from bench.run.sweep import load_spec
+    from bench.sweep.sweep import load_spec
 
     sweep = load_spec(spec_path, results_dir)
     spec = sweep.spec

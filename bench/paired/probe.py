@@ -134,7 +134,7 @@ def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> 
             rounds.append(sum(map(len, more.values())))
     order = ("reference", "seed", "phase", "batch", "segment", "label", "lr", "k")
     key = lambda r: tuple(r.get(k, 0) for k in order)  # noqa: E731
-    from bench.run.fingerprint import fingerprint
+    from bench.bases.fingerprint import fingerprint
 
     cfg = next(iter(plan.labels.values()))
     return {

@@ -6,7 +6,7 @@
 A sweep of ``--runs`` minimal runs of the config (GRPO and GSPO alternating, seeds 0, 1, ...; ``--steps``
 RL steps, one eval at step 0 and one at the end over ``--problems`` problems) runs twice, one job
 at a time, into a scratch MLflow store and results folder: first each run in a ``creditbench
-train`` process of its own (isolated), then through one worker process (bench.run.worker). Each
+train`` process of its own (isolated), then through one worker process (bench.sweep.worker). Each
 run's wall time, as the sweep measures it, is split with the phase timings the run prints into its
 log (bench.run.timing): set-up, base policy (warm-start cache hit and load), MLflow (store, run,
 params), build (module, data, trainer), the step-0 eval, the training steps, the final eval and
@@ -70,10 +70,10 @@ def sweep_spec(config: Path, runs: int, steps: int, problems: int, name: str) ->
 
 def time_sweep(spec: dict[str, Any], root: Path, isolate: bool) -> dict[str, Any]:
     """Run the sweep (one job) and read back each run's wall time, phases and eval history."""
-    from bench.run import launch
     from bench.run.result import RunResult
-    from bench.run.sweep import load_spec
     from bench.run.timing import read_timing
+    from bench.sweep import launch
+    from bench.sweep.sweep import load_spec
 
     path = root / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec))

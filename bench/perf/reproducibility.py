@@ -75,7 +75,7 @@ def _row(task: str, setting: str, info: dict, pin: dict, wall: float, source: st
 
 
 def bases_part(tasks: list[str], settings: list[str], root: Path) -> list[dict[str, Any]]:
-    from bench.run import bases
+    from bench.bases import bases
 
     out = []
     for task in tasks:

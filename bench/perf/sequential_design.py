@@ -43,7 +43,7 @@ def measured_pairs(results_dir: str, sweep: str) -> dict[str, dict[str, Any]]:
     """The sweep's primary comparisons with the SD of their paired differences, and its mean run time."""
     from bench.report.comparisons import credit_pairs
     from bench.run.result import load_runs
-    from bench.run.sweep import load_spec
+    from bench.sweep.sweep import load_spec
 
     spec_path = f"{results_dir}/{sweep}/sweep.yaml"
     try:

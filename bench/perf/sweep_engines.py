@@ -6,7 +6,7 @@ a two-node cluster on this machine), and a node lost mid-sweep.
 The spec's sweep runs from scratch (a scratch MLflow store and results folder; the warm-start cache is
 filled first, untimed) four times, each as ``creditbench sweep`` in a process of its own:
 
-1. ``pool``: ``--jobs 2`` worker processes (bench.run.worker);
+1. ``pool``: ``--jobs 2`` worker processes (bench.sweep.worker);
 2. ``ray, 1 node``: ``--ray local --jobs 2`` (a Ray instance the sweep starts on this machine);
 3. ``ray, 2 nodes``: ``--ray ADDRESS`` on a cluster of two one-CPU nodes and a head without CPUs
    (ray.cluster_utils.Cluster, started before the sweep and not timed);

@@ -24,7 +24,7 @@ from bench.errors import CreditBenchError
 from bench.report import inference, sequential
 from bench.report.stats import mean_interval, pass_at_k_per_problem, t_interval
 from bench.run.result import RunResult
-from bench.run.spec import Analysis
+from bench.sweep.spec import Analysis
 
 BOUNDED = ("pass_at_", "avg_at_", "auc_", "base_pass_at_1", "truncated_frac", "greedy", "train_reward", "credit_")
 """Metrics on [0, 1] (their differences on [-1, 1]); every other report metric is >= 0."""

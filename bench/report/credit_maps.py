@@ -34,7 +34,7 @@ def rows(results_dir: str | Path, sweep: str) -> list[dict]:
     runs = load_runs(str(results_dir), sweep)
     spec = Path(results_dir) / sweep / "sweep.yaml"
     if spec.is_file():
-        from bench.run.sweep import load_spec
+        from bench.sweep.sweep import load_spec
 
         order = {r.key: i for i, r in enumerate(load_spec(spec).runs)}
         runs = sorted((r for r in runs if r.run_name in order), key=lambda r: order[r.run_name]) or runs

@@ -129,7 +129,7 @@ def sweep_run(results: Path, sweep: str) -> tuple[str, str]:
     budget = ", ".join(f"{n:,} {kind}" for kind, n in report["budget"].items()) or "as configured"
     text = f"{report['runs']} runs of {budget} each; {report['compute_s'] / 60:.1f} min of run time in all"
     tuning = report.get("tuning")
-    if tuning:  # the learning rates were tuned first (bench.run.tuning): its runs are part of the cost
+    if tuning:  # the learning rates were tuned first (bench.sweep.tuning): its runs are part of the cost
         text = (
             f"{tuning['runs']} tuning runs ({tuning['wall_s'] / 60:.1f} min of run time), then {report['runs']} "
             f"runs of {budget} each ({report['compute_s'] / 60:.1f} min)"
@@ -172,7 +172,7 @@ def _analysis_part(results: Path, sweep: str, key: str, missing: str) -> tuple[s
 def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
     """The tables of one of the report's sections (``budget``, ``robust``, ``tuning``)."""
     from bench.report.files import budget_markdown
-    from bench.run import tuning
+    from bench.sweep import tuning
 
     report = _report(results, sweep)
     lines = budget_markdown(report.get("budgets") or []) if kind == "budget" else []

@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.bases.fingerprint import describe
 from bench.report import per_update
 from bench.report.comparisons import blame_markdown
 from bench.report.summary import build_report, load_runs
-from bench.run import tuning
-from bench.run.fingerprint import describe
-from bench.run.sweep import Sweep
+from bench.sweep import tuning
+from bench.sweep.sweep import Sweep
 
 
 def _fmt(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
@@ -263,8 +263,8 @@ def summarize(results_dir: str, sweep: str, plots: bool = True, log=print) -> tu
     files written). Only the runs of the spec the sweep ran (its copy, sweep.yaml) are reported --
     runs/ may hold an earlier design's runs, which ``log`` names -- with that spec's baseline, target,
     budget and analysis; without a copy, every finished run with a sweep spec's defaults."""
-    from bench.run.spec import read_spec
-    from bench.run.sweep import load_spec
+    from bench.sweep.spec import read_spec
+    from bench.sweep.sweep import load_spec
 
     out = Path(results_dir) / sweep
     runs = load_runs(results_dir, sweep)

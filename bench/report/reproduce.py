@@ -5,7 +5,7 @@ scratch into a scratch folder and a scratch MLflow store, and compare its report
     python -m bench.report.reproduce results/sweeps/embedded-quick.yaml [--jobs 2] [--keep DIR]
         [--mode auto|exact|statistical] [--alpha 0.05]
 
-Where the rerun's numerics stack (bench.run.fingerprint: CPU code paths, BLAS, threads, library
+Where the rerun's numerics stack (bench.bases.fingerprint: CPU code paths, BLAS, threads, library
 versions) is the committed report's, the check is exact: every value equal to the bit, all but the
 wall times and the machine. Elsewhere (``--mode auto``, the default) it is statistical
 (bench.report.agreement): no verdict reversed, every difference and mean within its margin.
@@ -35,7 +35,7 @@ MODES = ("auto", "exact", "statistical")
 
 
 def numerics_differ(committed: dict, fresh: dict) -> list[str]:
-    """The numerics fields (bench.run.fingerprint) in which two reports' runs differ, as
+    """The numerics fields (bench.bases.fingerprint) in which two reports' runs differ, as
     ``field: committed -> fresh``; a report without a fingerprint differs in ``fingerprint``."""
     a, b = (committed.get("fingerprint") or {}), (fresh.get("fingerprint") or {})
     if not a or not b or a.get("mixed") or b.get("mixed"):
@@ -70,8 +70,8 @@ def differences(committed: Any, fresh: Any, path: str = "") -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     from bench.report.files import write_report
-    from bench.run.launch import run_sweep
-    from bench.run.sweep import load_spec
+    from bench.sweep.launch import run_sweep
+    from bench.sweep.sweep import load_spec
 
     ap = argparse.ArgumentParser(prog="python -m bench.report.reproduce", description=__doc__.split("\n\n")[0])
     ap.add_argument("spec", help="a sweep spec whose results/<name>/report.json is committed")

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from bench.bases.fingerprint import common
 from bench.errors import CreditBenchError
 from bench.report.comparisons import analyse, blame_table, difference, interval
 from bench.report.stats import cost_to_target, curve_auc
-from bench.run.fingerprint import common
 from bench.run.result import RunResult, load_runs  # noqa: F401 (load_runs: the report's entry point)
-from bench.run.spec import TARGETS, Analysis, SweepSpec
+from bench.sweep.spec import TARGETS, Analysis, SweepSpec
 
 RUN_METRICS = (
     "auc_samples",

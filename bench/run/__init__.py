@@ -1,1 +1,2 @@
-"""Running experiments: one run, sweeps, evaluation, the warm start, MLflow tracking, plans."""
+"""One run: its configuration from the command line, the Lightning trainer and module built for it,
+the training and its result, evaluation of a checkpoint, memory plans, timing."""

@@ -66,9 +66,9 @@ def build_trainer(cfg: RunConfig, logger, ckpt_dir: Path | None, progress: bool)
     import lightning as L
 
     from bench.engine.checkpoint import RunCheckpoint
-    from bench.run.progress import rl_steps, rl_total, step_progress
+    from bench.engine.progress import rl_steps, rl_total, step_progress
 
-    callbacks = [step_progress("RL", rl_total(cfg.rl), rl_steps, bar=progress)]  # real totals (bench.run.progress)
+    callbacks = [step_progress("RL", rl_total(cfg.rl), rl_steps, bar=progress)]  # real totals (bench.engine.progress)
     callbacks += [] if ckpt_dir is None else [RunCheckpoint(ckpt_dir, cfg.checkpoint.every)]
     return L.Trainer(
         accelerator=cfg.trainer.accelerator,

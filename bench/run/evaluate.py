@@ -27,7 +27,7 @@ import numpy as np
 from bench.core import build_config, check
 from bench.errors import CreditBenchError
 from bench.run.args import first_line
-from bench.run.tracking import default_uri
+from bench.tracking.tracking import default_uri
 
 MODELS = (
     "a saved model directory, the MLflow run id of a training run (its saved policy), or a Hugging Face "
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
 
     a.model = str(resolve(a.model))  # a fetched pretrained model's short name: its cached copy
     _check_offline_hub_id(a.model)
-    from bench.run.tracking import check_tracking_uri
+    from bench.tracking.tracking import check_tracking_uri
 
     check_tracking_uri(a.uri, write=True)  # before the sampling: an unusable store would otherwise fail only at the end
     rows = task.load(a.split)  # before the model: a missing data file fails fast
@@ -229,7 +229,7 @@ def training_run(run_id: str, uri: str) -> TrainingRun:
     import yaml
 
     from bench.run.args import run_config
-    from bench.run.tracking import check_tracking_uri, client
+    from bench.tracking.tracking import check_tracking_uri, client
 
     check_tracking_uri(uri)
     c = client(uri)
@@ -317,8 +317,8 @@ def _generate_and_grade(a: argparse.Namespace, task, rows, ks: list[int], model,
     import torch
 
     from bench.engine.metrics import PassAtK
+    from bench.engine.progress import counter
     from bench.engine.rollout import HFRolloutEngine
-    from bench.run.progress import counter
 
     engine = HFRolloutEngine(model, tokenizer)
     g = _Graded(PassAtK(ks))
@@ -352,7 +352,7 @@ def _log_eval(a: argparse.Namespace, task, rows, training, model: str, res: dict
     """The eval's MLflow run (linked to its training run, if any): tags, settings, metrics, the
     per-problem counts and the logged completions. Returns its run id."""
     from bench.engine.metrics import metric_key
-    from bench.run.tracking import git_commit, log_eval_run
+    from bench.tracking.tracking import git_commit, log_eval_run
 
     run_name = a.run_name or f"eval-{a.task}-{training.name if training else Path(a.model.rstrip('/')).name}"
     tags = {"kind": "eval", "task": a.task, "task_version": task.VERSION, "model": model, "git_commit": git_commit()}

@@ -132,7 +132,7 @@ def preflight(cfg: RunConfig, here: bool = True) -> Resolved:
     --dry_run`` refuses exactly what a run refuses: the configuration (:func:`resolve`, with the
     engine, strategy and precision checks of check_scale) and, with ``here``, what this machine must
     provide: vLLM where the config names it, a usable tracking store, the tasks' data files."""
-    from bench.run.tracking import check_tracking_uri
+    from bench.tracking.tracking import check_tracking_uri
 
     r = resolve(cfg)
     if not here:

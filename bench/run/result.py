@@ -92,7 +92,7 @@ class RunResult:
     problem_ids: dict[str, list[str]] = field(default_factory=dict)
     """Eval task -> its problems' ids, in eval-split order (the order of ``EvalPoint.per_problem``)."""
     fingerprint: dict[str, Any] = field(default_factory=dict)
-    """The process's numerics stack and machine (bench.run.fingerprint); results without the key: {}."""
+    """The process's numerics stack and machine (bench.bases.fingerprint); results without the key: {}."""
     base_checkpoint: dict[str, Any] = field(default_factory=dict)
     """The base policy it started from: the warm-start's cache key and weights digest (a tiny
     model's), or {} for a named checkpoint."""

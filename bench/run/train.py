@@ -33,7 +33,7 @@ def run(
     JSON of :class:`bench.run.result.RunResult`. ``checked``: what :func:`preflight` returned for
     ``cfg``, where the caller ran it already; ``on_result``: called with the result (on the first
     process) before the MLflow run is marked finished -- a sweep's run writes it to its folder
-    (:func:`bench.run.sweep.result_writer`)."""
+    (:func:`bench.sweep.sweep.result_writer`)."""
     from bench.run.timing import PhaseClock
 
     clock = PhaseClock()
@@ -72,10 +72,10 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     import torch
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+    from bench.bases.fingerprint import fingerprint
     from bench.engine import base_eval
     from bench.engine.checkpoint import MetricSink
     from bench.run.build import build_data, build_module, build_trainer
-    from bench.run.fingerprint import fingerprint
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -93,7 +93,7 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     resume_id, ckpt = None, None
     if ckpt_dir is not None and zero:
         from bench.engine.checkpoint import resume_point
-        from bench.run.tracking import client
+        from bench.tracking.tracking import client
 
         resume_id, ckpt = resume_point(cfg, ckpt_dir, client(cfg.tracking.uri), log=print if progress else _quiet)
     elif ckpt_dir is not None and (ckpt_dir / "last.ckpt").is_file():  # the first process decided: same answer
@@ -107,7 +107,7 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     sink = module.sink = MetricSink(logger, resumed=resume_id is not None)  # live; a resumed run skips what MLflow has
     data = build_data(cfg, r)
     if resume_id is None and zero:  # the data as dataset inputs, the warm-start run linked
-        from bench.run.lineage import record_lineage
+        from bench.tracking.lineage import record_lineage
 
         record_lineage(logger, cfg.task.name, r.task, data, r.eval_tasks, base)
     trainer = build_trainer(cfg, logger, ckpt_dir, progress)
@@ -123,9 +123,9 @@ def base_policy(cfg: RunConfig, r: Resolved, progress: bool = False):
     checkpoint or None): the base loaded (warm-started first for a tiny model), prepared for training."""
     import lightning as L
 
+    from bench.bases.warmstart import base_checkpoint
     from bench.models.policy import TINY_SIZES, load_policy, num_parameters
     from bench.run.build import prepare
-    from bench.run.warmstart import base_checkpoint
 
     path, base = cfg.model.name, None
     if cfg.model.name in TINY_SIZES:
@@ -143,7 +143,7 @@ def _logger(cfg: RunConfig, r: Resolved, policy, params: int, resume_id: str | N
     """The run's MLflow logger: a new run with its tags, resolved parameters and config (its id noted
     in ``ckpt_dir``, for a resume), or the run ``resume_id`` it continues."""
     from bench.models.policy import num_parameters
-    from bench.run.tracking import flatten, git_commit, log_config, make_logger
+    from bench.tracking.tracking import flatten, git_commit, log_config, make_logger
 
     tags = {
         "method": cfg.method.name,
@@ -218,10 +218,10 @@ def _record(
     its checkpoints discarded unless kept."""
     import torch
 
-    from bench.run.fingerprint import fingerprint
+    from bench.bases.fingerprint import fingerprint
+    from bench.bases.warmstart import base_identity
     from bench.run.result import RunResult
-    from bench.run.tracking import log_dict
-    from bench.run.warmstart import base_identity
+    from bench.tracking.tracking import log_dict
 
     cfg, r, module, logger, zero = s.cfg, s.r, s.module, s.logger, s.zero
     if probe is not None:

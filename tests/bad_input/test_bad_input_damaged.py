@@ -46,7 +46,7 @@ def test_a_damaged_saved_policy_is_named_in_one_line(saved, tmp_path, how):
 def test_a_damaged_base_checkpoint_is_named_in_one_line(saved, tmp_path, how):
     import shutil
 
-    from bench.run import bases
+    from bench.bases import bases
 
     base = tmp_path / "base" / "arithmetic" / "tiny-500k-0123456789ab"
     shutil.copytree(saved, base)

@@ -230,7 +230,7 @@ def test_run_all_help_prints_before_installing_anything(tmp_path):
 def test_summarize_reports_to_the_sweep_store_and_says_when_it_cannot(capsys, ws, monkeypatch):
     import mlflow
 
-    from bench.run.stores import store_key
+    from bench.tracking.stores import store_key
 
     elsewhere = ws.root / "other.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{elsewhere}")  # the default store is not the sweep's

@@ -23,7 +23,7 @@ from bad_input_support import (
 )
 
 from bench.errors import CreditBenchError
-from bench.run.tracking import check_tracking_uri
+from bench.tracking.tracking import check_tracking_uri
 
 
 def test_unreachable_tracking_server_is_named_within_seconds():
@@ -193,7 +193,7 @@ def test_a_store_on_a_read_only_path_is_refused_fast_for_writing_and_read_for_re
     uri = f"sqlite:///{store / 'mlflow.db'}"
     mlflow.MlflowClient(uri).create_experiment("existing")
     code = (
-        "import sys, time; from bench.run.tracking import check_tracking_uri, client\n"
+        "import sys, time; from bench.tracking.tracking import check_tracking_uri, client\n"
         "t = time.time(); check_tracking_uri(sys.argv[1])\n"
         "print([e.name for e in client(sys.argv[1]).search_experiments()])\n"
         "try:\n    check_tracking_uri(sys.argv[1], write=True)\n"

@@ -10,7 +10,7 @@ from bench.report.design import design_lines
 from bench.report.files import markdown
 from bench.report.summary import build_report
 from bench.run.result import EvalPoint, RunResult
-from bench.run.spec import Analysis
+from bench.sweep.spec import Analysis
 
 P, N = 60, 4
 
@@ -87,7 +87,7 @@ def test_blame_table_means_over_seeds():
 
 
 def test_dry_run_design_lines(tmp_path):
-    from bench.run.sweep import load_spec
+    from bench.sweep.sweep import load_spec
 
     spec = tmp_path / "s.yaml"
     spec.write_text(
@@ -107,7 +107,7 @@ def test_dry_run_design_lines(tmp_path):
 
 
 def test_dry_run_falls_back_to_the_prior_when_the_pilot_has_no_runs(tmp_path):
-    from bench.run.sweep import load_spec
+    from bench.sweep.sweep import load_spec
 
     spec = tmp_path / "s.yaml"
     spec.write_text(
@@ -127,7 +127,7 @@ def test_the_dry_run_sizes_each_credit_comparison_as_its_report_will():
     import re
     from pathlib import Path
 
-    from bench.run.sweep import load_spec
+    from bench.sweep.sweep import load_spec
 
     results = Path(__file__).resolve().parents[2] / "results"
     sweep = load_spec(results / "sweeps" / "embedded.yaml", results)

@@ -7,7 +7,7 @@ import pytest
 
 from bench.report.comparisons import analyse
 from bench.report.inference import assess, compare
-from bench.run.spec import Analysis
+from bench.sweep.spec import Analysis
 
 ALPHA = 0.05
 
@@ -106,7 +106,7 @@ def test_the_budget_table_gives_each_labels_spend_and_says_where_eval_grids_diff
 
 def test_a_misspelt_credit_control_names_the_valid_ones(tmp_path):
     from bench.errors import CreditBenchError
-    from bench.run.spec import read_spec
+    from bench.sweep.spec import read_spec
 
     spec = tmp_path / "s.yaml"
     spec.write_text(

@@ -68,7 +68,7 @@ def test_table_for_arca_prints_the_analogue_section(tmp_path):
 
 def test_the_arca_analogue_runs_the_papers_configurations():
     """The embedded analogue: every configuration the paper's table has, on a tiny model, >= 3 seeds."""
-    sweep = pytest.importorskip("bench.run.sweep")
+    sweep = pytest.importorskip("bench.sweep.sweep")
     paper = paper_data.load_paper("arca")
     loaded = sweep.load_spec(REPO / "results" / "papers" / paper.analogue)
     assert {e.label for e in paper.results} == {r.label for r in loaded.runs}

@@ -344,9 +344,9 @@ def test_python_dash_m_works():
     "path", [p for p in SWEEP_SPECS if p.name[: -len(".sweep.yaml")] in PAPERS], ids=lambda p: p.name
 )
 def test_paper_sweeps_validate(path):
-    """bench/run/sweep.py accepts every paper sweep without starting anything (names, options, LoRA for
+    """bench/sweep/sweep.py accepts every paper sweep without starting anything (names, options, LoRA for
     ARCA, the code opt-in), every run is on bf16 with a Hub model, and the budget is whole steps."""
-    sweep = pytest.importorskip("bench.run.sweep")
+    sweep = pytest.importorskip("bench.sweep.sweep")
     loaded = sweep.load_spec(path)
     spec = yaml.safe_load(path.read_text())
     assert len(loaded.runs) > 0

@@ -16,8 +16,8 @@ from bench.config import (
     TrackingConfig,
     WarmStartConfig,
 )
-from bench.run.sweep import result_writer
 from bench.run.train import run
+from bench.sweep.sweep import result_writer
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +171,8 @@ def test_report_of_the_run(result, more_seeds, store):
 def test_warmstart_is_deterministic_for_a_seed(tmp_path, store):
     from safetensors.torch import load_file
 
+    from bench.bases.warmstart import base_checkpoint
     from bench.registry import TASKS
-    from bench.run.warmstart import base_checkpoint
 
     task = TASKS.get("arithmetic")(TASKS.get("arithmetic").Config(num_operands=2, train_size=2000))
     cfg = WarmStartConfig(max_steps=15, target_accuracy=1.0, check_every=10)

@@ -23,7 +23,7 @@ from bench.config import (
     TrackingConfig,
     WarmStartConfig,
 )
-from bench.run.progress import Lines, counter, duration, rl_total
+from bench.engine.progress import Lines, counter, duration, rl_total
 
 
 def test_step_metrics_reach_mlflow_while_the_run_runs(tmp_path, policy_dir, monkeypatch, capsys):
@@ -115,7 +115,7 @@ def test_the_step_bar_shows_the_runs_total():
     import torch
     from torch.utils.data import DataLoader
 
-    from bench.run.progress import StepBar, optimizer_steps
+    from bench.engine.progress import StepBar, optimizer_steps
 
     class Tiny(L.LightningModule):
         def __init__(self):
@@ -151,7 +151,7 @@ def test_a_sweep_run_log_fills_while_the_run_runs(tmp_path):
     log = tmp_path / "run.log"
     code = (
         "from pathlib import Path\n"
-        "from bench.run.worker import redirected\n"
+        "from bench.sweep.worker import redirected\n"
         f"log = Path({str(log)!r})\n"
         "with open(log, 'w', buffering=1) as fh, redirected(fh):\n"
         "    print('RL: step 1/4')\n"
@@ -168,8 +168,8 @@ def test_the_warm_start_announces_itself_and_a_second_process_says_it_waits(tmp_
     import torch
     from safetensors.torch import save_file
 
+    from bench.bases.warmstart import announcement, base_checkpoint, base_dir
     from bench.registry import TASKS
-    from bench.run.warmstart import announcement, base_checkpoint, base_dir
 
     task, cfg = TASKS.get("arithmetic")(), WarmStartConfig(max_steps=300, target_accuracy=0.3)
     out = base_dir(str(tmp_path), "arithmetic", task, "tiny-500k", cfg)
@@ -208,7 +208,7 @@ def test_creditbench_ui_prints_a_training_mode_link_per_experiment(tmp_path, mon
     from mlflow.tracking import MlflowClient
 
     from bench.cli import main
-    from bench.run.tracking import experiment_id
+    from bench.tracking.tracking import experiment_id
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     eid = experiment_id(MlflowClient(uri), "creditbench")  # as a sweep creates it
@@ -227,8 +227,8 @@ def test_task_data_is_logged_with_its_source(tmp_path, monkeypatch):
     import datasets
     from mlflow.tracking import MlflowClient
 
-    from bench.run.lineage import log_task_data
-    from bench.run.tracking import make_logger
+    from bench.tracking.lineage import log_task_data
+    from bench.tracking.tracking import make_logger
     from tasks.data import Source
 
     monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
@@ -261,8 +261,8 @@ def test_a_large_split_is_described_once_from_its_first_rows(tmp_path, monkeypat
     from mlflow.data import from_pandas
     from mlflow.tracking import MlflowClient
 
-    from bench.run import lineage
-    from bench.run.tracking import make_logger
+    from bench.tracking import lineage
+    from bench.tracking.tracking import make_logger
 
     monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
     monkeypatch.delenv("CREDITBENCH_DATA", raising=False)
@@ -308,7 +308,7 @@ def test_a_run_shorter_than_one_sampling_interval_still_has_system_metrics(tmp_p
     """The monitor samples every 600 s here, and the run ends at once: its end publishes one sample."""
     from mlflow.tracking import MlflowClient
 
-    from bench.run.tracking import make_logger
+    from bench.tracking.tracking import make_logger
 
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "600")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

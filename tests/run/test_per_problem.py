@@ -18,8 +18,8 @@ from bench.config import (
     TrackingConfig,
 )
 from bench.run.result import RunResult
-from bench.run.sweep import result_writer
 from bench.run.train import run
+from bench.sweep.sweep import result_writer
 from tests.engine.test_blame import NoCapitals  # noqa: F401  (registers the task "no-capitals")
 
 pytestmark = pytest.mark.slow  # a real run: about a minute on two busy cores

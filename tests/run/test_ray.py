@@ -1,4 +1,4 @@
-"""Sweeps on a Ray cluster (bench.run.ray_engine) and a sweep stopped with Ctrl-C, on real multi-node Ray
+"""Sweeps on a Ray cluster (bench.sweep.ray_engine) and a sweep stopped with Ctrl-C, on real multi-node Ray
 clusters on this machine (ray.cluster_utils.Cluster: a head without CPUs and worker nodes of one CPU).
 
 Fast (default suite): what no cluster can run is refused in one line before anything is written: an

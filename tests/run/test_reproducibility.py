@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.bases import bases
+from bench.bases.warmstart import closest, partial_step, replay_window
 from bench.errors import CreditBenchError
 from bench.report.agreement import agreement
 from bench.report.reproduce import check, numerics_differ
-from bench.run import bases
-from bench.run.warmstart import closest, partial_step, replay_window
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "embedded-quick" / "report.json"
@@ -33,7 +33,7 @@ def _probe(env: dict[str, str]) -> str:
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the pins are x86-64 code paths")
 def test_importing_bench_pins_the_avx2_code_paths_unless_told_native():
-    from bench.run.fingerprint import hardware_capability
+    from bench.bases.fingerprint import hardware_capability
 
     assert _probe({}) == "AVX2"
     native = _probe({"CREDITBENCH_NUMERICS": "native"})
@@ -41,7 +41,7 @@ def test_importing_bench_pins_the_avx2_code_paths_unless_told_native():
 
 
 def test_a_run_and_a_report_carry_the_numerics_fingerprint():
-    from bench.run.fingerprint import common, describe, fingerprint
+    from bench.bases.fingerprint import common, describe, fingerprint
 
     fp = fingerprint(1)
     assert fp["numerics"]["threads"] == 1 and fp["numerics"]["torch"] and fp["numerics"]["transformers"]
@@ -119,9 +119,9 @@ def test_the_committed_pinned_bases_match_their_digests():
 
 def test_the_embedded_configs_bases_are_pinned():
     """Every task of the committed sweeps starts from a pinned base (their cache keys are pinned)."""
+    from bench.bases.warmstart import base_dir
     from bench.config import WarmStartConfig
     from bench.registry import TASKS
-    from bench.run.warmstart import base_dir
 
     for name in ("chain", "arithmetic"):
         task = TASKS.get(name)()

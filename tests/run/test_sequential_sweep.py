@@ -17,7 +17,7 @@ from tiny_sweep import SPEC
 from bench.cli.sweep import rounds
 from bench.errors import CreditBenchError
 from bench.report import sequential as seq
-from bench.run.sweep import load_spec
+from bench.sweep.sweep import load_spec
 
 SEQ = {"first": 3, "step": 1, "cap": 5}
 

@@ -23,7 +23,7 @@ from tiny_sweep import SPEC
 
 from bench.cli import main
 from bench.errors import CreditBenchError
-from bench.run import server
+from bench.sweep import server
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "shared"

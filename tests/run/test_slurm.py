@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import CreditBenchError
-from bench.run import slurm
+from bench.sweep import slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = "results/sweeps/embedded-quick.yaml"

@@ -1,4 +1,4 @@
-"""The sweep spec's typed form (bench/run/spec.py): shorthands, defaults and the one-line errors of
+"""The sweep spec's typed form (bench/sweep/spec.py): shorthands, defaults and the one-line errors of
 values jsonargparse refuses. The bad specs a user writes are tests/run/test_sweep.py's and
 tests/bad_input/test_bad_input_sweep.py's."""
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bench.errors import CreditBenchError
-from bench.run.spec import TARGETS, MethodEntry, ModelEntry, SweepSpec, read_spec
+from bench.sweep.spec import TARGETS, MethodEntry, ModelEntry, SweepSpec, read_spec
 
 
 def write(tmp_path: Path, **spec) -> Path:

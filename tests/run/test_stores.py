@@ -15,7 +15,7 @@ import yaml
 from tiny_sweep import SPEC
 
 from bench.errors import CreditBenchError
-from bench.run.stores import claim_store, log_report, read_record, record_store, store_key
+from bench.tracking.stores import claim_store, log_report, read_record, record_store, store_key
 
 NAME = "mv"
 

@@ -17,7 +17,7 @@ import yaml
 from tiny_sweep import SPEC
 
 from bench.errors import CreditBenchError
-from bench.run.sweep import load_spec
+from bench.sweep.sweep import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -338,7 +338,7 @@ def test_tuning_runs_every_label_on_its_own_seeds_and_problems(tmp_path):
 def test_a_choice_at_the_grids_edge_is_flagged(tmp_path):
     """A label whose best learning rate is the grid's least or largest (of three or more) is marked in the
     report, which asks for a wider grid; one inside the grid is not."""
-    from bench.run import tuning
+    from bench.sweep import tuning
 
     spec = write_spec(tmp_path, methods=["grpo", "gspo"], tune={"lr": [1.0e-4, 2.0e-4, 4.0e-4], "seeds": [7]})
     tuned = load_spec(spec, tmp_path, tuning=True)

@@ -8,14 +8,14 @@ import pytest
 from test_sweep import write_spec
 
 from bench.errors import CreditBenchError
-from bench.run.sweep import load_spec
+from bench.sweep.sweep import load_spec
 
 
 def test_paired_tuning_gives_a_pair_one_rate_its_margin_and_the_comparison_at_every_rate(tmp_path):
     """tune.pairs: the method, its twin and its placebo share the point where the mean of method and
     twin is best (the placebo runs no tuning); the margin over the runner-up is in SEs of the paired
     difference over the tuning seeds; each point's method - twin is the sensitivity row."""
-    from bench.run import tuning
+    from bench.sweep import tuning
 
     lrs = [1.0e-4, 2.0e-4, 4.0e-4]
     tune = {"lr": lrs, "seeds": [7, 8, 9], "pairs": True}

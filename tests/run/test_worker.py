@@ -1,4 +1,4 @@
-"""Sweep workers (bench.run.worker): a run in a long-lived worker gives the numbers of the same run
+"""Sweep workers (bench.sweep.worker): a run in a long-lived worker gives the numbers of the same run
 in a process of its own; a run that fails is reported failed while the others finish; a worker
 killed mid-run is noticed, the run reported failed, and a fresh worker takes the next run."""
 
@@ -15,10 +15,10 @@ from tiny_sweep import SPEC
 
 from bench.errors import CreditBenchError
 from bench.run.args import config_yaml, run_config
-from bench.run.launch import run_sweep
 from bench.run.result import RunResult
-from bench.run.sweep import load_spec
-from bench.run.worker import WorkerPool
+from bench.sweep.launch import run_sweep
+from bench.sweep.sweep import load_spec
+from bench.sweep.worker import WorkerPool
 
 # two 2-step runs of the tiny sweep, evaluated at steps 0 and 2 on 8 problems
 SMALL = {**SPEC, "seeds": [0], "budget": {"samples": 64}, "eval": {**SPEC["eval"], "num_problems": 8}}

@@ -3,7 +3,7 @@ another one, to compare two versions of the code side by side on one machine).
 
     python bench/perf/workers/flagship_run.py OUT.json --spec SPEC --label LABEL --seed S --warm_label W
 
-Starts as a sweep's worker does (``bench.run.worker.preload``) and runs the sweep's run
+Starts as a sweep's worker does (``bench.sweep.worker.preload``) and runs the sweep's run
 ``W-...-seedS`` first (unmeasured: imports, the task's generated data, the allocator and the first-call
 costs a worker pays once, and the base eval of seed S, which a sweep computes once for all its labels),
 then ``LABEL-...-seedS`` with its CPU seconds split into phases, and writes what it measured to
@@ -217,9 +217,9 @@ def main() -> int:
 
     torch.set_num_threads(1)
     import bench
-    from bench.run.sweep import load_spec
     from bench.run.train import run
-    from bench.run.worker import preload
+    from bench.sweep.sweep import load_spec
+    from bench.sweep.worker import preload
 
     preload()  # as a sweep's worker starts: imports, and generated task data kept between runs
 

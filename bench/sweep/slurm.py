@@ -32,7 +32,7 @@ sweep of this template's kind: it goes through Lightning's own SLURM launcher (`
 
 For a dry run the script takes the sweep command from ``$CREDITBENCH_SLURM_SWEEP_CMD`` (default
 ``creditbench sweep``) and the wait for the nodes from ``$CREDITBENCH_SLURM_WAIT_CMD`` (default
-``python -m bench.run.slurm wait``, i.e. :func:`wait_nodes`); ``$CREDITBENCH_RAY_PORT`` overrides the
+``python -m bench.sweep.slurm wait``, i.e. :func:`wait_nodes`); ``$CREDITBENCH_RAY_PORT`` overrides the
 head's port (by default one of 20000-29995 chosen by the job id, so that two jobs sharing a node do
 not collide; the dashboard, client server and dashboard agent take the next three ports).
 """
@@ -75,7 +75,7 @@ port="${CREDITBENCH_RAY_PORT:-$((20000 + SLURM_JOB_ID % 2000 * 5))}"
 address="$head_ip:$port"
 cpus="${SLURM_CPUS_PER_TASK:-$cpus_per_node}"
 read -r -a sweep_cmd <<< "${CREDITBENCH_SLURM_SWEEP_CMD:-creditbench sweep}"
-read -r -a wait_cmd <<< "${CREDITBENCH_SLURM_WAIT_CMD:-python -m bench.run.slurm wait}"
+read -r -a wait_cmd <<< "${CREDITBENCH_SLURM_WAIT_CMD:-python -m bench.sweep.slurm wait}"
 
 ray_stopped=0
 stop_ray() {  # once, on every way out: Ray on every node, then the srun steps that held it
@@ -170,10 +170,10 @@ def check_args(nodes: int, gpus_per_node: int, cpus_per_node: int, limit: str, u
 def check_runs(sweep, gpus_per_node: int, cpus_per_node: int) -> None:
     """Refuse a run no node of the allocation could take (Ray would wait for it forever), and a
     multi-node run (Lightning's SLURM launcher runs those, not a Ray actor): the Ray engine's own
-    check (bench.run.ray_engine.check_runs), against nodes of the allocation's size."""
+    check (bench.sweep.ray_engine.check_runs), against nodes of the allocation's size."""
     import dataclasses
 
-    from bench.run.ray_engine import check_runs as check
+    from bench.sweep.ray_engine import check_runs as check
 
     node = {"id": "", "ip": "", "cpus": cpus_per_node, "gpus": gpus_per_node}
     runs = [(r.key, dataclasses.replace(r.cfg, threads=sweep.spec.threads or r.cfg.threads)) for r in sweep.runs]
@@ -204,8 +204,8 @@ def render(
     one node); ``checkpoint_dir`` is exported as $CREDITBENCH_CHECKPOINTS (the runs' checkpoint.dir
     unless the spec sets it); ``python_env`` is the shell line that activates the environment in the
     repository ``root`` (default: this package's repository)."""
-    from bench.run.sweep import load_spec
-    from bench.run.tracking import default_uri
+    from bench.sweep.sweep import load_spec
+    from bench.tracking.tracking import default_uri
 
     uri = uri or default_uri()
     check_args(nodes, gpus_per_node, cpus_per_node, time, uri, jobs)
@@ -314,9 +314,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _wait_main(argv: Sequence[str]) -> int:
-    """``python -m bench.run.slurm wait ADDRESS NODES TIMEOUT_S`` (the script's wait for its nodes)."""
+    """``python -m bench.sweep.slurm wait ADDRESS NODES TIMEOUT_S`` (the script's wait for its nodes)."""
     if len(argv) != 4 or argv[0] != "wait":
-        print("usage: python -m bench.run.slurm wait ADDRESS NODES TIMEOUT_S", file=sys.stderr)
+        print("usage: python -m bench.sweep.slurm wait ADDRESS NODES TIMEOUT_S", file=sys.stderr)
         return 2
     try:
         n = wait_nodes(argv[1], int(argv[2]), float(argv[3]))

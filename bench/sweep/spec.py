@@ -46,7 +46,7 @@ from bench.config import TaskSpec
 from bench.core import check
 from bench.errors import CreditBenchError, did_you_mean
 from bench.run.args import describe_type, load_yaml, locate
-from bench.run.entries import Budget, Control, MethodEntry, ModelEntry, SequentialSpec, Tune
+from bench.sweep.entries import Budget, Control, MethodEntry, ModelEntry, SequentialSpec, Tune
 
 TargetOf = Literal["gain", "final"]
 TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
@@ -249,7 +249,7 @@ ENTRIES: dict[str, type] = {"tasks": TaskSpec, "eval_tasks": TaskSpec, "methods"
 
 
 def read_spec(path: str | Path) -> SweepSpec:
-    """Parse and check the sweep spec at ``path`` (its runs are built by bench.run.sweep.load_spec)."""
+    """Parse and check the sweep spec at ``path`` (its runs are built by bench.sweep.sweep.load_spec)."""
     path = Path(path)
     if not path.is_file():
         raise CreditBenchError(f"sweep spec {str(path)!r} does not exist")

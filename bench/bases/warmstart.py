@@ -11,7 +11,7 @@ draw from their own seeded generator) checking every step across the jump; where
 crosses it (chain: 0.21 to 0.33 in one step), the base takes that step in part, the fraction found by
 bisection, so the base lands within the tolerance wherever the transition falls
 (tests/run/test_reproducibility.py). The committed results'
-bases are pinned copies (bench.run.bases): they are installed, not rebuilt, and their weights are
+bases are pinned copies (bench.bases.bases): they are installed, not rebuilt, and their weights are
 checked against the pin on every load."""
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from bench.bases import bases
 from bench.config import SamplingConfig, WarmStartConfig
 from bench.core import Task
+from bench.engine.progress import duration
 from bench.engine.rollout import HFRolloutEngine
 from bench.errors import CreditBenchError
 from bench.models.policy import build_tiny, num_parameters
-from bench.run import bases
-from bench.run.progress import duration
 
 RECIPE_VERSION = "2"  # bump when a code change alters what the warm-start produces: it invalidates the cache
 CHECK_ROWS = 200  # held-out train rows used for the accuracy check (not trained on here)
@@ -168,7 +168,7 @@ def base_checkpoint(
     progress: bool = True,
 ) -> Path:
     """The cached base checkpoint for (task, size): the pinned copy when there is one
-    (bench.run.bases), else built by a warm-start run, once. Its weights are checked against their
+    (bench.bases.bases), else built by a warm-start run, once. Its weights are checked against their
     pin on every call. The warm-start announces itself in one line (:func:`announcement`); a process
     that finds another one building the same checkpoint says so and waits for it."""
     out = base_dir(cache_dir, task_name, task, size, cfg)
@@ -225,8 +225,8 @@ def warm_start(
 
 def _warmstart_logger(task_name: str, task: Task, size: str, cfg: WarmStartConfig, tracking_uri: str, train_rows):
     """The warm-start's MLflow run: its tags, settings and training data."""
-    from bench.run.lineage import log_task_data
-    from bench.run.tracking import flatten, git_commit, make_logger
+    from bench.tracking.lineage import log_task_data
+    from bench.tracking.tracking import flatten, git_commit, make_logger
 
     tags = {
         "task": task_name,
@@ -247,7 +247,7 @@ def _fit(
 ):
     """Supervised fine-tuning from the seed's initialisation for ``max_steps``, checking accuracy on
     the held-out rows (at every step of ``dense``, a replay, which is not logged twice)."""
-    from bench.run.progress import optimizer_steps, step_progress
+    from bench.engine.progress import optimizer_steps, step_progress
 
     L.seed_everything(cfg.seed, verbose=False)
     model, tokenizer = build_tiny(size, seed=cfg.seed)
@@ -319,8 +319,8 @@ def _save_base(
     module, tokenizer, chosen: dict, task_name: str, size: str, cfg: WarmStartConfig, logger, out: Path
 ) -> Path:
     """Write the base and its warmstart.json next to ``out``, log them, and move them into place."""
-    from bench.run.fingerprint import fingerprint
-    from bench.run.tracking import log_dict
+    from bench.bases.fingerprint import fingerprint
+    from bench.tracking.tracking import log_dict
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

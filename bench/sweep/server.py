@@ -212,7 +212,7 @@ def start_mlflow(backend: str, root: Path, host: str, port: int, workers: int = 
 
 def wait_until_up(uri: str, proc: subprocess.Popen, log: Path, timeout: float = START_TIMEOUT_S) -> None:
     """Wait until the server at ``uri`` answers MLflow's REST API; refuse with one line if it exits."""
-    from bench.run.tracking import check_tracking_uri
+    from bench.tracking.tracking import check_tracking_uri
 
     deadline = time.monotonic() + timeout
     while True:

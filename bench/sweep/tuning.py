@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.core import check
 from bench.run.result import RunResult, load_runs
-from bench.run.spec import MethodEntry, SweepSpec
+from bench.sweep.spec import MethodEntry, SweepSpec
 
 SEP = "@"
 """Between a label and its grid point in a tuning run's label: ``s_trace@lr0.0002@rho0.1``."""

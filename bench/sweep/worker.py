@@ -2,7 +2,7 @@
 after another, each exactly as ``creditbench train --config RUN.yaml --no-progress`` would in a
 process of its own (same parser, same code, same seed: the same numbers).
 
-    python -m bench.run.worker      # started by a sweep, one per job slot; not a user command
+    python -m bench.sweep.worker      # started by a sweep, one per job slot; not a user command
 
 Protocol: the worker reads one JSON object a line on stdin, ``{"config": RUN.yaml, "log": RUN.log}``,
 runs it with its stdout and stderr (file descriptors 1 and 2, so C-level output too) sent to the
@@ -124,8 +124,8 @@ def train(config: str | Path) -> int:
     from bench.errors import CreditBenchError
     from bench.run.args import run_config
     from bench.run.resolve import preflight
-    from bench.run.sweep import result_writer
     from bench.run.train import run, summary_line
+    from bench.sweep.sweep import result_writer
 
     try:
         cfg = run_config(["--config", str(config), "--no_progress"])
@@ -163,9 +163,9 @@ def preload() -> None:
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
+    import bench.bases.warmstart  # noqa: F401
     import bench.engine.module  # noqa: F401
     import bench.run.train  # noqa: F401
-    import bench.run.warmstart  # noqa: F401
     from bench.engine.data import keep_generated_splits
 
     keep_generated_splits()
@@ -201,7 +201,7 @@ class Worker:
         self.stderr.parent.mkdir(parents=True, exist_ok=True)
         with open(self.stderr, "a") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.run.worker"],
+                [sys.executable, "-m", "bench.sweep.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,

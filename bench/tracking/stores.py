@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import CreditBenchError
-from bench.run import sweep_runs, tracking
+from bench.tracking import sweep_runs, tracking
 
 
 def store_key(uri: str) -> str:

@@ -1,10 +1,10 @@
 """What a sweep is: every method x model x seed (x training task) of a YAML spec, each an
 independent ``creditbench train`` run, and where each run's result goes
-(results/<sweep>/runs/<run>.json). How a sweep runs is :mod:`bench.run.launch`.
+(results/<sweep>/runs/<run>.json). How a sweep runs is :mod:`bench.sweep.launch`.
 
     creditbench sweep results/sweeps/embedded.yaml [--jobs 2] [--dry_run]
 
-The spec's keys are those of :class:`bench.run.spec.SweepSpec` (its module docstring shows a whole
+The spec's keys are those of :class:`bench.sweep.spec.SweepSpec` (its module docstring shows a whole
 spec; results/sweeps/ and results/papers/*.sweep.yaml are examples). A run's configuration is the
 ``base`` run YAML, then the spec's ``eval`` settings and eval tasks, then its ``overrides``, the
 model entry's and the method entry's (``method_overrides`` first), and the budget. Under a sample
@@ -30,7 +30,7 @@ from bench.config import EvalConfig, RunConfig, TaskSpec
 from bench.errors import CreditBenchError
 from bench.run.args import load_yaml, run_config
 from bench.run.result import RunResult
-from bench.run.spec import MethodEntry, ModelEntry, SweepSpec, read_spec, spec_error
+from bench.sweep.spec import MethodEntry, ModelEntry, SweepSpec, read_spec, spec_error
 
 GROUPS = frozenset(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.default_factory))
 """Run config fields that are groups of settings (model, rl, eval, ...): always a mapping."""
@@ -76,8 +76,8 @@ def load_spec(path: str | Path, results_dir: str | Path = "results", tuning: boo
     which checks method, task and model names, options and value ranges) without starting anything;
     an error names the file and line it comes from. A spec with ``tune`` gives its runs the grid points
     results/<name>/tuning.json chose (the spec's own settings until it exists); ``tuning`` gives its
-    tuning sweep instead (bench.run.tuning)."""
-    from bench.run import tuning as tune
+    tuning sweep instead (bench.sweep.tuning)."""
+    from bench.sweep import tuning as tune
 
     path = Path(path)
     spec = read_spec(path)
@@ -91,7 +91,7 @@ def load_spec(path: str | Path, results_dir: str | Path = "results", tuning: boo
 
 def _load(spec: SweepSpec, path: Path, tuned: dict[str, Any] | None = None) -> Sweep:
     from bench.run.resolve import resolve
-    from bench.run.tuning import apply
+    from bench.sweep.tuning import apply
 
     where = f"sweep spec {path}"
     methods = spec.method_entries() if tuned is None else apply(spec, tuned, spec.method_entries())

@@ -1,4 +1,4 @@
-"""The entries and groups of a sweep spec (bench.run.spec): a method, a model, the budget every run
+"""The entries and groups of a sweep spec (bench.sweep.spec): a method, a model, the budget every run
 spends, the learning-rate tuning before the verdict and the rounds of seeds."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Budget:
 
 @dataclass
 class Tune:
-    """Learning rates tuned with an equal budget before the verdict (bench.run.tuning): every label (twins
+    """Learning rates tuned with an equal budget before the verdict (bench.sweep.tuning): every label (twins
     and placebos included) runs every grid point on the tuning seeds at the sweep's budget, is scored on
     eval problems after the verdict's, and keeps its best point for the evaluation seeds."""
 

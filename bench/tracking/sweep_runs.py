@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.run.tracking import experiment_id
+from bench.tracking.tracking import experiment_id
 
 
 def sweep_run(client, experiment: str, sweep: str) -> str | None:
@@ -32,7 +32,7 @@ def open_sweep_run(
     run_id: str | None = None,
 ) -> str:
     """The sweep's parent run, RUNNING: ``run_id`` (the one its results folder records, see
-    bench.run.stores) or else the latest of the sweep's name, its tags refreshed, or a new one with
+    bench.tracking.stores) or else the latest of the sweep's name, its tags refreshed, or a new one with
     ``params``; the spec is logged to it as sweep.yaml."""
     run_id = run_id or sweep_run(client, experiment, sweep)
     if run_id is not None:

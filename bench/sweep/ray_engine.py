@@ -1,15 +1,15 @@
 """Ray as the sweep engine: ``creditbench sweep SPEC --ray [ADDRESS]`` (or ``$RAY_ADDRESS``) runs the
-sweep's runs on a Ray cluster instead of this machine's worker processes (:mod:`bench.run.worker`).
+sweep's runs on a Ray cluster instead of this machine's worker processes (:mod:`bench.sweep.worker`).
 
     ray start --head --port 6379                    # on the head node; `ray start --address ...` on the others
-    creditbench server                              # a tracking store every node reaches (bench.run.server)
+    creditbench server                              # a tracking store every node reaches (bench.sweep.server)
     creditbench sweep SPEC --ray HEAD:6379 --uri http://HEAD:5000
 
 What runs where:
 
 - Each job slot is a long-lived Ray actor that imports everything once and runs sweep run after sweep
   run in its process, putting back the process state a run changes between runs
-  (:func:`bench.run.worker.run_one`, the same code a local worker runs: the same numbers). A run that
+  (:func:`bench.sweep.worker.run_one`, the same code a local worker runs: the same numbers). A run that
   starts processes of its own (``trainer.devices > 1``) gets a ``creditbench train`` process inside
   its actor, on that actor's node.
 - An actor asks for the run's resources: ``threads`` CPUs and, where the run trains on GPUs
@@ -245,7 +245,7 @@ class SweepActor:
         t0 = time.perf_counter()
         os.chdir(cwd)
         os.environ.update(env)
-        from bench.run.worker import preload
+        from bench.sweep.worker import preload
 
         preload()
         self.startup_s = time.perf_counter() - t0
@@ -256,7 +256,7 @@ class SweepActor:
         return ray.get_runtime_context().get_node_id(), self.startup_s
 
     def run(self, config: str, log: str, alone: bool) -> int:
-        from bench.run.worker import Isolated, run_one
+        from bench.sweep.worker import Isolated, run_one
 
         if alone:  # its launcher starts its other processes by re-running this command: a process of its own
             return Isolated(dict(os.environ)).run(Path(config), Path(log))
@@ -284,7 +284,7 @@ def _node_left(node: str, message: str, wait_s: float = 60.0) -> bool:
 
 
 class RayEngine:
-    """The sweep's engine on a Ray cluster (:class:`bench.run.launch.LocalEngine`'s interface):
+    """The sweep's engine on a Ray cluster (:class:`bench.sweep.launch.LocalEngine`'s interface):
     ``run`` takes a free slot's actor (started, or restarted with other resources, as needed), runs
     one config in it and gives the slot back."""
 

@@ -5,7 +5,7 @@ A warm-start is deterministic on one machine, but its floats, and so where a sha
 transition falls, move with the CPU's code paths and library versions. The committed results start
 from these exact weights on every machine: a run installs the pinned copy into its cache instead of
 warm-starting, and checks the weights against the pin each time it loads them. A recipe change
-(bench.run.warmstart.RECIPE_VERSION, a task's version or options, the warm-start settings) gives a
+(bench.bases.warmstart.RECIPE_VERSION, a task's version or options, the warm-start settings) gives a
 new cache key with no pin: the base is warm-started, and ``creditbench bases pin`` (or ``build --pin``)
 copies it here and records its digest, to be committed with the results it produced."""
 

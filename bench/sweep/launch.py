@@ -1,10 +1,10 @@
-"""Running a sweep (what a sweep *is* is :mod:`bench.run.sweep`): every unfinished run goes to
-``--jobs`` long-lived worker processes that import everything once (:mod:`bench.run.worker`; a run
+"""Running a sweep (what a sweep *is* is :mod:`bench.sweep.sweep`): every unfinished run goes to
+``--jobs`` long-lived worker processes that import everything once (:mod:`bench.sweep.worker`; a run
 there gives the numbers its own process would), or, isolated, each to a process of its own; each run
 is an MLflow run nested under one parent run for the sweep, and the sweep's report is written and
 logged to that parent when they are done.
 
-A run is finished when its result JSON (:func:`bench.run.sweep.result_path`) exists for the same
+A run is finished when its result JSON (:func:`bench.sweep.sweep.result_path`) exists for the same
 configuration and its MLflow run is FINISHED; a sweep started again skips finished runs, deletes the
 MLflow runs that an interrupted attempt left behind and redoes those runs, so each run appears
 exactly once in MLflow.
@@ -27,12 +27,12 @@ from typing import Any
 
 from bench.config import RunConfig
 from bench.errors import CreditBenchError
-from bench.run import sweep_runs, tracking
-from bench.run.ray_engine import MAX_ATTEMPTS, RunLost
 from bench.run.result import RunResult
-from bench.run.stores import claim_store, record_store
-from bench.run.sweep import Sweep, SweepRun, result_path
-from bench.run.worker import Isolated, WorkerPool
+from bench.sweep.ray_engine import MAX_ATTEMPTS, RunLost
+from bench.sweep.sweep import Sweep, SweepRun, result_path
+from bench.sweep.worker import Isolated, WorkerPool
+from bench.tracking import sweep_runs, tracking
+from bench.tracking.stores import claim_store, record_store
 
 LOST = -1000
 """A run's outcome when its node left the cluster on every attempt."""
@@ -50,9 +50,9 @@ def run_sweep(
 ) -> dict[str, Any]:
     """Run every unfinished run of the sweep, ``jobs`` at a time, then write its report with
     ``report(sweep, results_dir)`` (bench.report.files.write_report) and log it to the parent run.
-    The runs go to ``jobs`` long-lived worker processes (bench.run.worker), or with ``isolate``
+    The runs go to ``jobs`` long-lived worker processes (bench.sweep.worker), or with ``isolate``
     each to a ``creditbench train`` process of its own, or with ``ray`` (a cluster's address, or
-    "local") to actors on a Ray cluster (bench.run.ray_engine; ``jobs`` None: as many as it holds).
+    "local") to actors on a Ray cluster (bench.sweep.ray_engine; ``jobs`` None: as many as it holds).
     Ctrl-C stops the runs, marks them and the parent run KILLED, says so in one line and raises
     :class:`SweepInterrupted`; the same call again resumes."""
     uri = uri or tracking.default_uri()
@@ -219,7 +219,7 @@ class EnginePlan:
 
 
 class LocalEngine:
-    """This machine's engine: ``jobs`` long-lived worker processes (bench.run.worker), and a process
+    """This machine's engine: ``jobs`` long-lived worker processes (bench.sweep.worker), and a process
     of its own for a run that starts processes of its own (or for every run, ``isolate``)."""
 
     def __init__(self, jobs: int, threads: int, logs: Path, isolate: bool) -> None:
@@ -242,12 +242,12 @@ class LocalEngine:
 
 def plan_engine(sweep: Sweep, jobs: int | None, isolate: bool, ray: str | None, results_dir: str) -> EnginePlan:
     """The engine for the sweep's runs, checked before anything is started or written: with ``ray`` (an
-    address, or "local") a Ray cluster (bench.run.ray_engine), else this machine's worker processes."""
+    address, or "local") a Ray cluster (bench.sweep.ray_engine), else this machine's worker processes."""
     if ray is None:
         jobs = jobs or 1
         threads = sweep.spec.threads or max(1, (os.cpu_count() or 1) // jobs)
         return EnginePlan(jobs, threads, lambda logs: LocalEngine(jobs, threads, logs, isolate))
-    from bench.run import ray_engine as re_
+    from bench.sweep import ray_engine as re_
 
     address = re_.resolve_address(None if ray == "local" else ray)
     started = re_.connect(address)
