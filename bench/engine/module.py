@@ -11,21 +11,21 @@ The module only orchestrates: the Lightning hooks call plain functions that a te
 call without a Trainer -- sampling in bench.engine.sampling, scoring and the update in
 bench.engine.step, the eval numbers in bench.engine.metrics (the exact objective J in
 bench.engine.exact), the credit probe in bench.engine.probe, the blame alignment in
-bench.engine.blame, the prompt order in bench.engine.data. It never branches on a method's or a
-task's name: a method declares ``needs`` and the step computes exactly that.
+bench.engine.blame, the prompt order in bench.engine.data. Its evaluation hooks live in
+bench.engine.evaluation and its probes in bench.engine.probes; the RL step is here. It never
+branches on a method's or a task's name: a method declares ``needs`` and the step computes exactly
+that.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import MLFlowLogger
 
 from bench.config import EvalConfig, RLConfig
 from bench.core import Method, RolloutBatch, Task
@@ -34,16 +34,15 @@ from bench.engine import scoring, step
 from bench.engine.base_eval import BaseEvalCache
 from bench.engine.blame import (
     BlameProbe,
-    blame_alignment,
     blame_probe_from_state,
     blame_probe_state,
     blame_tokens,
-    find_blame_probe,
 )
 from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_states, trainable_state
-from bench.engine.exact import eval_reference_probs
-from bench.engine.metrics import EvalEpoch, metric_key, per_problem_table
-from bench.engine.probe import credit_map, find_probe, moved_to, probe_from_state, probe_state
+from bench.engine.evaluation import Evaluation
+from bench.engine.metrics import EvalEpoch
+from bench.engine.probe import credit_map, probe_from_state, probe_state
+from bench.engine.probes import Probes
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, eval_due, reward_stats, rounds_left, train_rollouts
 from bench.engine.sharding import ShardPlan
@@ -67,7 +66,7 @@ e.g. ARCA's weight concentration). Besides, the result keeps the largest gradien
 (``train_grad_norm_max``) and the updates skipped as non-finite (``train_skipped_updates``)."""
 
 
-class RLVRModule(L.LightningModule):
+class RLVRModule(Evaluation, Probes, L.LightningModule):
     """Trains ``policy`` with ``method`` on ``task``, sampling with ``engine`` (the policy's own
     ``generate`` when None) and evaluating on ``eval_tasks`` (the task alone when None)."""
 
@@ -246,93 +245,6 @@ class RLVRModule(L.LightningModule):
         return bool(
             (rl.budget_samples and self.samples >= rl.budget_samples)
             or (rl.budget_tokens and self.tokens >= rl.budget_tokens)
-        )
-
-    # ------------------------------------------------------------------ evaluation
-    def on_validation_epoch_start(self) -> None:
-        self._eval_block = self._whole(self.policy)  # FSDP: processes may have different numbers of eval batches
-        self._eval_block.__enter__()
-        self.evals.start()
-        self._reused = self.base_eval.lookup(self) if self.base_eval is not None else None  # the stored base eval
-
-    def validation_step(self, rows: list[dict], batch_idx: int, dataloader_idx: int = 0) -> None:
-        if self._reused is not None:
-            return
-        name = list(self.eval_tasks)[dataloader_idx]
-        task, sampling = self.eval_tasks[name], self.eval_cfg.sampling
-        batch, info = self.sampler.rollout(rows, self.eval_cfg.n, sampling, details=True, task=task)
-        ref_probs = eval_reference_probs(self.policy, task, rows, self.tokenizer, temperature=sampling.temperature)
-        self.evals.add(name, rows, batch, info, ref_probs=ref_probs)
-        if self.eval_cfg.greedy:
-            greedy = dataclasses.replace(self.eval_cfg.sampling, temperature=0.0)
-            self.evals.add_greedy(
-                name, self.sampler.rollout(rows, 1, greedy, details=False, task=self.eval_tasks[name])[0]
-            )
-
-    def on_validation_epoch_end(self) -> None:
-        entry: dict[str, Any] = {"step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "eval": {}}
-        entry.update(eval_n=self.eval_cfg.n, per_problem={}, problem_ids={})
-        mlflow = isinstance(self.logger, MLFlowLogger)
-        results = self._reused if self._reused is not None else self.evals.results()  # every process's, gathered
-        if self.base_eval is not None:
-            self.base_eval.store(results)
-        for name, res in results.items():
-            metrics = {metric_key("eval", name, k): v for k, v in res.summary.items()}
-            metrics[metric_key("eval", name, "samples")] = float(self.samples)
-            metrics[metric_key("eval", name, "tokens")] = float(self.tokens)
-            self._log(metrics)
-            entry["eval"][name] = res.entry()
-            entry["per_problem"][name], entry["problem_ids"][name] = res.correct, res.ids
-            if res.samples and mlflow:
-                table = {k: [x[k] for x in res.samples] for k in res.samples[0]}
-                folder = "completions" if name == self.task_name else f"completions/{name}"
-                self._out.table(f"{folder}/step_{self.rl_step:06d}.json", table)
-        if mlflow:
-            table = per_problem_table(entry["problem_ids"], entry["per_problem"], self.eval_cfg.n)
-            self._out.table(f"per_problem/step_{self.rl_step:06d}.json", table)
-        self.eval_history.append(entry)
-        if self._blame_probe is not None:
-            self._log_blame(entry)
-        primary = entry["eval"][next(iter(self.eval_tasks))]["pass_at_1"]
-        # the same value in every process (the results were gathered)
-        self.log("eval_pass_at_1", primary, prog_bar=True, logger=False, sync_dist=True)
-        self._eval_block.__exit__(None, None, None)
-
-    # ------------------------------------------------------------------ credit probe (bench.engine.probe)
-    def make_probe(self, rows: list[dict], seed: int = 1234) -> bool:
-        """Fix the group to show each method's credit on (:func:`bench.engine.probe.find_probe`), on the
-        trainer's device (Lightning's ``validate`` leaves the module on the CPU). Returns whether one was found."""
-        device = self._trainer.strategy.root_device if self._trainer is not None and self.shard_plan is None else None
-        with moved_to(device, self.policy, self.ref_policy), self._whole(self.policy, self.ref_policy):
-            found = find_probe(self.sampler, rows, self.rl, self._rng_devices(), seed)
-            if found is not None:
-                self._probe = found
-            self.make_blame_probe(rows)
-        return found is not None
-
-    def make_blame_probe(self, rows: list[dict]) -> bool:
-        """Fix the failed completions that blame alignment is measured on (see
-        :func:`bench.engine.blame.find_blame_probe`), and measure it on the policy of the last eval
-        point when that is the current one (the base policy: the run evaluates before it makes the
-        probe). Returns whether one was found (none when the task cannot tell where answers go wrong)."""
-        self._blame_probe = find_blame_probe(self.sampler, rows, self.rl, self._rng_devices())
-        if self._blame_probe is not None and self.eval_history and self.eval_history[-1]["step"] == self.rl_step:
-            self._log_blame(self.eval_history[-1])
-        return self._blame_probe is not None
-
-    def blame(self) -> dict[str, float]:
-        """The method's blame alignment on the blame probe under the current policy ({} without a probe)."""
-        if self._blame_probe is None:
-            return {}
-        args = self.policy, self.ref_policy, self.method, self.sampler, self.rl, self._blame_probe
-        with self._whole(self.policy, self.ref_policy):
-            return blame_alignment(*args, self._rng_devices())
-
-    def _log_blame(self, entry: dict[str, Any]) -> None:
-        t = time.perf_counter()
-        entry["blame"] = self.blame()
-        self._log(
-            {metric_key("blame", k): v for k, v in entry["blame"].items()} | {"time/blame_s": time.perf_counter() - t}
         )
 
     def train_summary(self) -> dict[str, float]:
