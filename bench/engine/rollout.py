@@ -224,22 +224,28 @@ def lean_decode(
     mask so far, the position after the row's last real token). Sampling draws over every row, the
     finished ones with a placeholder distribution, so the generator advances exactly as in
     ``generate``: the same seed gives the same tokens (tests/engine/test_lean.py). Returns the
-    prompts followed by the completions, a finished row padded with ``pad``, as ``generate`` does."""
+    prompts followed by the completions, a finished row padded with ``pad``, as ``generate`` does.
+
+    Few ops a step (each is a kernel launch on a GPU, where a small model's step is bound by them): the
+    attention mask is built once and sliced (:class:`_DecodeMask`); one read of the count of rows still
+    generating decides both whether to stop and whether to drop rows; and until a row finishes, nothing
+    is done for finished rows."""
     from bench.engine import lean_forward
 
-    call = (lambda **kw: lean_forward.forward(model, **kw)) if lean_forward.supports(model) else model
+    lean = lean_forward.supports(model)
+    call = (lambda **kw: lean_forward.forward(model, **kw)) if lean else model
     B = ids.shape[0]
     positions = mask.long().cumsum(-1) - 1
     step_ids, step_pos = ids[:, -1:], positions[:, -1:]
-    attn = mask
+    attn = _DecodeMask(mask, max_new_tokens, prebuilt=lean)
     rows = torch.arange(B, device=ids.device)  # the rows still generating, in batch order
     unfinished = torch.ones(B, dtype=torch.bool, device=ids.device)
     out = [ids]
-    for _ in range(max_new_tokens):
+    for t in range(max_new_tokens):
         logits = (
             call(
                 input_ids=step_ids,
-                attention_mask=attn,
+                attention_mask=attn.step(t),
                 position_ids=step_pos,
                 past_key_values=cache,
                 use_cache=True,
@@ -248,28 +254,74 @@ def lean_decode(
             .logits[:, -1]
             .float()
         )
-        V = logits.shape[-1]
-        if sampling.temperature == 0:
-            picked = torch.argmax(logits, dim=-1)
-            tokens = torch.full((B,), pad, dtype=ids.dtype, device=ids.device)
-            tokens[rows] = picked
-        else:
-            scores = logits if sampling.temperature == 1.0 else logits / sampling.temperature
-            # a finished row draws from a placeholder distribution, so every row draws as in generate
-            probs = torch.full((B, V), 1.0 / V, dtype=scores.dtype, device=scores.device)
-            probs[rows] = torch.nn.functional.softmax(scores, dim=-1)
-            tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
-            tokens = torch.where(unfinished, tokens, torch.full_like(tokens, pad))
+        every = len(rows) == B  # no row has finished
+        tokens = _next_tokens(logits, sampling, rows, unfinished, pad, every)
         out.append(tokens[:, None])
         unfinished = unfinished & (tokens != eos)
-        if not bool(unfinished.any()):
+        keep = unfinished if every else unfinished[rows]  # a finished row is not in rows: any() is keep.any()
+        left = int(keep.sum())
+        if left == 0:
             break
-        keep = unfinished[rows]
-        attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=-1)
-        if not bool(keep.all()):
-            kept = torch.nonzero(keep).squeeze(-1)
+        if left < len(rows):
+            kept = torch.nonzero_static(keep, size=left).squeeze(-1)  # its size known: no wait for the device
             cache.batch_select_indices(kept)
-            rows, attn = rows[kept], attn[kept]
-            step_pos = step_pos[kept]
-        step_ids, step_pos = tokens[rows][:, None], step_pos + 1
+            rows, step_pos = rows[kept], step_pos[kept]
+            attn.keep(kept, rows)
+        step_ids, step_pos = (tokens if len(rows) == B else tokens[rows])[:, None], step_pos + 1
     return torch.cat(out, dim=-1)
+
+
+class _DecodeMask:
+    """The attention mask of each decode step, for the rows still generating.
+
+    Where the model runs through :mod:`bench.engine.lean_forward` (SDPA, full attention), it is what the
+    model's ``create_causal_mask`` makes of the 2D mask for one query after the cache: None when no row
+    is padded (SDPA needs no mask), else each row's padding mask as [rows, 1, 1, kv] bool (causally every
+    key is visible). Built once for every step and sliced, it spares each step the mask's construction
+    (up to ~30 ops) and its host sync (tests/engine/test_lean.py holds it equal to the model's). Else it
+    is the 2D mask, which the model turns into its own."""
+
+    def __init__(self, mask: Tensor, max_new_tokens: int, prebuilt: bool):
+        self.P = mask.shape[1]
+        full = torch.cat([mask, mask.new_ones(mask.shape[0], max_new_tokens)], dim=-1)  # [B, P + max_new]
+        self.padded_rows = (mask == 0).any(-1) if prebuilt else None  # [B]
+        self.mask: Tensor | None = full
+        if prebuilt:
+            self.mask = full.bool()[:, None, None, :] if bool(self.padded_rows.any()) else None
+
+    def step(self, t: int) -> Tensor | None:
+        """The mask of decode step ``t`` (keys: the P prompt columns and the t tokens sampled before)."""
+        return None if self.mask is None else self.mask[..., : self.P + t]
+
+    def keep(self, kept: Tensor, rows: Tensor) -> None:
+        """Keep the mask's rows ``kept``, which are the batch's ``rows`` (the model's is None once no
+        padded row is left)."""
+        if self.mask is None:
+            return
+        self.mask = self.mask[kept]
+        if self.padded_rows is not None and not bool(self.padded_rows[rows].any()):
+            self.mask = None
+
+
+def _next_tokens(
+    logits: Tensor, sampling: SamplingConfig, rows: Tensor, unfinished: Tensor, pad: int, every: bool
+) -> Tensor:  # [B]
+    """Every row's next token from the logits of ``rows`` ([len(rows), V], all of them when ``every``):
+    greedy or sampled; a finished row gets ``pad``, having drawn from a placeholder distribution."""
+    B = unfinished.shape[0]
+    if sampling.temperature == 0:
+        picked = torch.argmax(logits, dim=-1)
+        if every:
+            return picked
+        tokens = torch.full((B,), pad, dtype=picked.dtype, device=picked.device)
+        tokens[rows] = picked
+        return tokens
+    scores = logits if sampling.temperature == 1.0 else logits / sampling.temperature
+    if every:
+        return torch.multinomial(torch.nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    # a finished row draws from a placeholder distribution, so every row draws as in generate
+    V = scores.shape[-1]
+    probs = torch.full((B, V), 1.0 / V, dtype=scores.dtype, device=scores.device)
+    probs[rows] = torch.nn.functional.softmax(scores, dim=-1)
+    tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
+    return torch.where(unfinished, tokens, torch.full_like(tokens, pad))

@@ -61,6 +61,48 @@ def test_lean_decode_drops_finished_rows_with_the_same_tokens(tiny):
     assert torch.equal(hf_next, lean_next)
 
 
+def test_a_decode_steps_mask_is_the_one_the_model_makes(tiny):
+    """lean_decode builds the masks of its steps once: each is what create_causal_mask makes of that
+    step's 2D mask (None without a padded row), with and without padding, before and after rows drop."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.masking_utils import create_causal_mask
+
+    from bench.engine.rollout import _DecodeMask
+
+    model, _ = tiny
+    cfg, P, new = model.config, 5, 3
+    heads, hd = cfg.num_key_value_heads, cfg.head_dim
+    padded = torch.ones(4, P, dtype=torch.long)
+    padded[1, :2] = 0  # row 1's prompt is shorter
+
+    def model_mask(mask2d: torch.Tensor, t: int):
+        cache = DynamicCache(config=cfg)
+        for layer in range(cfg.num_hidden_layers):
+            kv = torch.zeros(mask2d.shape[0], heads, P - 1 + t, hd)
+            cache.update(kv, kv, layer)
+        hidden = torch.zeros(mask2d.shape[0], 1, cfg.hidden_size)
+        positions = torch.full((mask2d.shape[0], 1), P - 1 + t)
+        return create_causal_mask(
+            config=cfg, inputs_embeds=hidden, attention_mask=mask2d, cache=cache, position_ids=positions
+        )
+
+    def same(a, b) -> bool:
+        return a is None and b is None or a is not None and b is not None and torch.equal(a, b)
+
+    for mask, drops in ((padded, [0, 1]), (padded, [2]), (torch.ones_like(padded), [3])):
+        full = torch.cat([mask, torch.ones(4, new, dtype=torch.long)], -1)
+        built, rows = _DecodeMask(mask, new, prebuilt=True), torch.arange(4)
+        for t in range(new):
+            assert same(built.step(t), model_mask(full[rows, : P + t], t))
+        kept = torch.tensor([i for i, r in enumerate(rows.tolist()) if r not in drops])
+        rows = rows[kept]
+        built.keep(kept, rows)
+        for t in range(new):
+            assert same(built.step(t), model_mask(full[rows, : P + t], t))
+    assert _DecodeMask(padded, new, prebuilt=True).step(0) is not None
+    assert _DecodeMask(torch.ones_like(padded), new, prebuilt=True).step(0) is None
+
+
 def test_lean_decode_does_not_apply_where_generate_filters(tiny):
     model, _ = tiny
     assert not lean_applies(model, SamplingConfig(temperature=1.0, top_p=0.9, top_k=0))
@@ -133,3 +175,25 @@ def test_lean_decode_at_the_smallest_budgets_and_one_row(tiny, budget):
         assert a.completion_ids.shape[1] <= budget
         assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.truncated, b.truncated)
     assert torch.equal(out[False][2], out[True][2])
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_lean_forward_on_the_valid_positions_is_the_model_there(tiny, dtype):
+    """The scoring passes' ``valid=`` path, in fp32 and under bf16 autocast (where its logits are bf16 and its
+    hidden states fp32): the model's logits at the valid positions, zeros elsewhere."""
+    model, _ = tiny
+    torch.manual_seed(2)
+    x = torch.randint(3, 90, (6, 20))
+    mask = torch.ones_like(x)
+    mask[:2, :5] = 0  # left padding: not valid
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    valid = mask.bool()
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+        a = model(input_ids=x, attention_mask=mask, position_ids=positions, logits_to_keep=12).logits
+        b = lean_forward.forward(
+            model, x, attention_mask=mask, position_ids=positions, logits_to_keep=12, valid=valid
+        ).logits
+    assert b.dtype == a.dtype == (dtype or torch.float32)
+    kept = valid[:, -12:]
+    assert torch.equal(a[kept], b[kept])
+    assert not b[~kept].any()
