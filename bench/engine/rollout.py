@@ -257,6 +257,8 @@ def lean_decode(
         every = len(rows) == B  # no row has finished
         tokens = _next_tokens(logits, sampling, rows, unfinished, pad, every)
         out.append(tokens[:, None])
+        if t == max_new_tokens - 1:  # the budget's last token: no step follows to stop or shrink
+            break
         unfinished = unfinished & (tokens != eos)
         keep = unfinished if every else unfinished[rows]  # a finished row is not in rows: any() is keep.any()
         left = int(keep.sum())

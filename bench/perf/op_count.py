@@ -3,8 +3,8 @@
     python -m bench.perf.op_count [--models tiny-8m qwen3-2l] [--steps 2] [--warmup 1] [--threads 1]
                                   [--out results/benchmarks]
 
-Needs ``trl`` importable: the ``trl`` extra (``pip install -e '.[trl]'``), or ``pip install --no-deps
---target DIR trl==1.16.0`` and ``PYTHONPATH=DIR``.
+Needs ``trl`` importable: the ``trl`` extra (``pip install -e '.[trl]'``), or trl 1.16.0 installed by pip
+without its dependencies into a directory of its own, named in ``PYTHONPATH``.
 
 At small sizes a GPU step is bound by kernel launches and host-side Python, not arithmetic: every ATen
 op a step dispatches is a launch on a GPU (a view is not: it only makes new metadata), so the ops per
@@ -135,7 +135,7 @@ JUSTIFIED = (
     "- **Dropping finished rows.** The decode batch keeps only the rows still generating "
     "(bench.engine.rollout.lean_decode): a gather of the KV cache each time rows finish, where TRL keeps "
     "decoding finished rows to the end. With the tiny models' 99-token vocabulary some row ends at almost "
-    "every step; with Qwen's vocabulary random weights never sample eos, so nothing is dropped.",
+    "every step; over Qwen's vocabulary random weights almost never sample eos.",
     "- **The credit diagnostics.** The ``credit/*`` metrics read each token's effective credit off the "
     "loss (one ``autograd.grad`` of the loss with respect to the log-probs, not through the model) and "
     "summarise it: what the benchmark measures about every method.",

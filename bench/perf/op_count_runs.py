@@ -104,7 +104,7 @@ def _creditbench_phases(counter: OpCounter, warmup: int) -> None:
     import torch
     from transformers.cache_utils import DynamicCache
 
-    from bench.engine import module, scoring, step
+    from bench.engine import module, rollout, scoring, step
 
     begin, end = _step_window(counter, warmup)
     original = module.RLVRModule.training_step
@@ -120,18 +120,19 @@ def _creditbench_phases(counter: OpCounter, warmup: int) -> None:
     _wrap(counter, module, "train_rollouts", counter.phases, "rollout")
     _wrap(counter, module.RLVRModule, "score_batch", counter.phases, "score")
     _wrap(counter, module.RLVRModule, "update", counter.phases, "loss + backward")
-    _shared_prefix_part(counter, scoring)
+    _shared_prefix_part(counter, scoring, rollout)
     _wrap(counter, DynamicCache, "batch_select_indices", counter.parts, PARTS[1], when=lambda: not counter.parts)
     _wrap(counter, step, "credit_diagnostics", counter.parts, PARTS[2])
     _wrap(counter, torch.autograd, "grad", counter.parts, PARTS[2])  # the update's one: the credit read off the loss
 
 
-def _shared_prefix_part(counter: OpCounter, scoring) -> None:
-    """Count ``shared_prefix_cache`` as the shared prompt prefix, and, where it runs with gradient, the
-    backward of the autograd nodes it made (from its cache's keys and values down to the parameters)."""
+def _shared_prefix_part(counter: OpCounter, *modules) -> None:
+    """Count ``shared_prefix_cache`` (as the ``modules`` that call it hold it) as the shared prompt prefix,
+    and, where it runs with gradient, the backward of the autograd nodes it made (from its cache's keys
+    and values down to the parameters)."""
     import torch
 
-    original = scoring.shared_prefix_cache
+    original = modules[0].shared_prefix_cache
 
     @functools.wraps(original)
     def shared_prefix_cache(*args, **kwargs):
@@ -146,7 +147,8 @@ def _shared_prefix_part(counter: OpCounter, scoring) -> None:
                     todo += [n for n, _ in node.next_functions]
         return cache
 
-    scoring.shared_prefix_cache = shared_prefix_cache
+    for m in modules:
+        m.shared_prefix_cache = shared_prefix_cache
 
 
 def _trl_phases(counter: OpCounter, warmup: int) -> None:

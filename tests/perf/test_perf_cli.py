@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 SCRIPTS = ["step", "methods", "engines", "verify", "trl", "scale", "gold_check", "ui_screenshot", "fixed_cost"]
 SCRIPTS += ["live_metrics", "microbatch", "fsdp", "pretrained", "exact_objective", "flagship_cost", "sequential_design"]
+SCRIPTS += ["op_count"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -115,6 +116,13 @@ def test_gold_check_rebuilds_its_committed_report_exactly():
 
     results = json.loads((RESULTS / "tasks" / "gold_check.json").read_text())
     assert markdown(results) == (RESULTS / "tasks" / "gold_check.md").read_text()
+
+
+def test_op_count_rebuilds_its_committed_report_exactly():
+    from bench.perf.op_count import markdown
+
+    data = json.loads((RESULTS / "benchmarks" / "op_count.json").read_text())
+    assert markdown(data) == (RESULTS / "benchmarks" / "op_count.md").read_text()
 
 
 def test_reports_rebuilt_from_the_committed_json_keep_their_tables():
