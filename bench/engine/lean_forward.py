@@ -161,8 +161,9 @@ def forward(
         return _Output(F.linear(kept, model.lm_head.weight), cache if use_cache else None)
     keep = torch.zeros_like(index)
     keep[:, -logits_to_keep if logits_to_keep else 0 :] = True
-    logits = hidden.new_zeros(*shape, model.lm_head.weight.shape[0])
-    logits[index & keep] = F.linear(hidden[keep[index]], model.lm_head.weight)  # the kept valid positions
+    out = F.linear(hidden[keep[index]], model.lm_head.weight)  # the kept valid positions
+    logits = out.new_zeros(*shape, out.shape[-1])  # out's dtype: bf16 under autocast, where hidden is fp32
+    logits[index & keep] = out
     kept = logits[:, -logits_to_keep:, :] if logits_to_keep else logits
     return _Output(kept, cache if use_cache else None)
 
