@@ -1,39 +1,42 @@
 #!/usr/bin/env bash
-# The GPU checks in one pass, for a CUDA machine that has torch, lightning and transformers but no network:
-#
-#   1. the GPU tests (pytest -m gpu)
-#   2. one RL step broken down by phase against its floor, tiny sizes, bf16 autocast and fp32 (bench.perf.step)
-#   3. rollout and update throughput, update MFU and peak memory against the plan at Qwen3-1.7B size (bench.perf.scale)
-#   4. creditbench against TRL's GRPOTrainer at matched settings on the same GPU (bench.perf.trl)
-#   5. a short bf16 GRPO run on chain through `creditbench train`: reward, NaNs, time per step
+# The GPU checks in one pass, for a CUDA machine that has torch, lightning and transformers but no network, in
+# at most 8 minutes with the wheel installs. The checks, their order, time limits and commands are the plan of
+# bench/perf/gpu_checks.py (`python -m bench.perf.gpu_checks --device cuda` prints it): the figures still open
+# first (Qwen3-1.7B's throughput, MFU and memory; creditbench against TRL on tiny-8m and at 1.7B; the bf16 chain
+# run to its end), then the GPU tests; those measured already run only when GPU_CHECK_ONLY names them.
 #
 #   OUT=/some/empty/dir bash bench/perf/gpu_check.sh
+#   GPU_CHECK_ONLY="scale_1.7b step_bf16" bash bench/perf/gpu_check.sh   # those checks only, in the plan's order
 #
-# Run from anywhere; it works in the repository root, which it puts on PYTHONPATH (the project need not be
-# installed). Wheels of the packages the machine lacks (mlflow-skinny, jsonargparse, math-verify, datasets,
-# trl and their dependencies) may lie in .whl/ of the repository root: they are installed first into a scratch
-# directory, without the network, and put on PYTHONPATH after the repository.
+# Run from anywhere; the project need not be installed (the repository goes on PYTHONPATH). Wheels of the
+# packages the machine lacks (mlflow-skinny, jsonargparse, math-verify, datasets, trl and their dependencies)
+# may lie in .whl/ of the repository root: they are installed first into a scratch directory, without the
+# network, and put on PYTHONPATH after the repository.
 #
-# Each check has its own time limit and all share one budget (GPU_CHECK_BUDGET seconds, default 420): a
-# check that fails or runs out of time does not stop the next, and one that no longer fits is skipped. What
-# comes back lands flat in $OUT (default results/gpu_check): gpu_check.log (everything printed),
-# nvidia-smi.txt, summary.md (each check's status and time, then every report), results.json (every
-# report's data) and raw.tar.gz (the reports, each check's log and the MLflow store).
+# Each check has its own time limit and all share one budget (GPU_CHECK_BUDGET seconds from the start, wheel
+# installs included; default 470): a check that fails or runs out of time does not stop the next, and one
+# that no longer fits is skipped. Everything is written as it goes, so a check stopped by its limit (or the
+# whole script killed) keeps what it measured: in $OUT (default results/gpu_check), gpu_check.log (everything
+# printed) and nvidia-smi.txt; in $OUT/raw, the plan, status.tsv (each check's status and seconds), each
+# check's log (logs/), the reports of the benchmarks (a stopped benchmark rewrites its report from what it
+# finished before its own --time-limit) and the MLflow store of the runs (mlflow.db: the chain run's metrics,
+# step by step). At the end, summary.md (each check's status and time, then every report) and results.json
+# (every report's data) in $OUT.
 #
-# Without a CUDA device it says so and stops. GPU_CHECK_DEVICE=cpu runs the same commands at smoke sizes on
-# the CPU instead, to try the script itself (its numbers say nothing about a GPU).
+# Without a CUDA device it says so and stops. GPU_CHECK_DEVICE=cpu runs the same checks at smoke sizes on the
+# CPU instead (a few minutes), to try the script itself: the Hub-sized models then take a smoke shape
+# (bench/perf/placement.py); the numbers say nothing about a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 OUT="${OUT:-$ROOT/results/gpu_check}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
-BUDGET="${GPU_CHECK_BUDGET:-420}"
+RES="$OUT/raw"
+mkdir -p "$RES/logs"
+OUT="$(cd "$OUT" && pwd)" RES="$(cd "$RES" && pwd)"
+BUDGET="${GPU_CHECK_BUDGET:-470}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")"
-RES="$WORK/results"
-mkdir -p "$RES/logs"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")"  # what is not kept: wheels, caches, MLflow artifacts
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 TEE=$!
 finish() {
@@ -44,12 +47,11 @@ finish() {
 trap finish EXIT
 START=$SECONDS
 say() { echo "[gpu_check $((SECONDS - START))s] $*"; }
-CHECKS="pytest_gpu step_bf16 step_fp32 scale trl train_chain"
-for name in ${GPU_CHECK_ONLY:-}; do
-  [[ " $CHECKS " == *" $name "* ]] || { say "GPU_CHECK_ONLY: unknown check '$name'; valid: $CHECKS"; exit 2; }
-done
-
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [ -n "${GPU_CHECK_ONLY:-}" ]; then  # a wrong name ends here, before anything is installed
+  "$PY" -m bench.perf.gpu_checks --only $GPU_CHECK_ONLY > /dev/null || exit 2
+fi
+
 if compgen -G ".whl/*.whl" > /dev/null; then
   say "installing $(ls .whl/*.whl | wc -l) wheels from .whl/ into $WORK/site"
   if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" .whl/*.whl; then
@@ -62,14 +64,14 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   fi
 fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TOKENIZERS_PARALLELISM=false
-export MPLBACKEND=Agg PYTHONUNBUFFERED=1
-export MLFLOW_TRACKING_URI="sqlite:///$WORK/mlflow.db"
+export MPLBACKEND=Agg PYTHONUNBUFFERED=1 GPU_CHECK_DEVICE="$DEVICE"
+export MLFLOW_TRACKING_URI="sqlite:///$RES/mlflow.db"
 export CREDITBENCH_CACHE="$WORK/cache" CREDITBENCH_CHECKPOINTS="$WORK/checkpoints"
 
 { nvidia-smi; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version --format=csv; } \
   > "$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi: not available" >> "$OUT/nvidia-smi.txt"
-"$PY" - <<'EOF'
-import importlib.metadata, platform, torch
+"$PY" - "$DEVICE" <<'EOF'
+import importlib.metadata, platform, sys, torch
 print("python", platform.python_version(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
       "| device:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 for name in ("lightning", "transformers", "tokenizers", "huggingface-hub", "peft", "accelerate", "numpy",
@@ -78,69 +80,53 @@ for name in ("lightning", "transformers", "tokenizers", "huggingface-hub", "peft
         print(f"  {name} {importlib.metadata.version(name)}")
     except importlib.metadata.PackageNotFoundError:
         print(f"  {name}: not installed")
+sys.exit(3 if sys.argv[1] == "cuda" and not torch.cuda.is_available() else 0)
 EOF
-if [ "$DEVICE" = cuda ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+if [ $? -eq 3 ]; then
   say "no CUDA device visible to torch: no GPU check was run (GPU_CHECK_DEVICE=cpu runs them at smoke sizes on the CPU)"
   echo "No CUDA device visible to torch: no GPU check was run." > "$OUT/summary.md"
   exit 1
 fi
-
-if [ "$DEVICE" = cuda ]; then  # the real sizes
-  ACC=gpu STEP_ARGS=(--sizes tiny-500k tiny-2m tiny-8m --steps 3)
-  SCALE_ARGS=(--steps 2 --prompts 8 --group-size 8 --new-tokens 128 --minibatches 2)
-  TRL_ARGS=(--sizes tiny-8m --reps 1 --steps 3 --warmup 1)
-  TRAIN_STEPS=20 TRAIN_EVAL=64
-else  # smoke sizes: the commands, arguments and outputs, not the numbers
-  ACC=cpu STEP_ARGS=(--sizes tiny-500k --steps 1)
-  SCALE_ARGS=(--steps 2 --prompts 2 --group-size 2 --new-tokens 8 --minibatches 1 --no-gradient-checkpointing
-    --shrink num_hidden_layers=1 hidden_size=64 intermediate_size=128 num_attention_heads=2 num_key_value_heads=1
-    head_dim=32)
-  TRL_ARGS=(--sizes tiny-500k --reps 1 --steps 1 --warmup 1)
-  TRAIN_STEPS=3 TRAIN_EVAL=16
-fi
-TRAIN_SIZE="${GPU_CHECK_TRAIN_SIZE:-tiny-500k}"
+"$PY" -m bench.perf.gpu_checks --device "$DEVICE" --res "$RES" ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY} \
+  > "$RES/plan.tsv" || { say "the plan failed"; exit 2; }
 
 STATUS="$RES/status.tsv"
 : > "$STATUS"
-# check NAME LIMIT_S COMMAND...: run COMMAND for at most LIMIT_S seconds (less when the budget is nearly spent),
-# its output in the log and in logs/NAME.log, its status in status.tsv.
+# check NAME LIMIT_S ARG...: run "$PY" ARG... for at most LIMIT_S seconds (less when the budget is nearly spent)
+# in the scratch directory (MLflow's artifacts land there), its output in the log and in logs/NAME.log, its
+# status in status.tsv.
 check() {
-  local name="$1" limit="$2" left t0 rc
+  local name="$1" limit="$2" left t0 rc status
   shift 2
-  if [ -n "${GPU_CHECK_ONLY:-}" ] && [[ " $GPU_CHECK_ONLY " != *" $name "* ]]; then
-    return  # GPU_CHECK_ONLY="name ...": only those checks, in the script's order
-  fi
   left=$((BUDGET - (SECONDS - START) - 10))
   if [ "$left" -lt 30 ]; then
     say "$name: skipped, the budget is spent"
-    printf '%s\tskipped\t0\t%s\n' "$name" "$*" >> "$STATUS"
+    printf '%s\tskipped: the budget is spent\t0\t%s\n' "$name" "$*" >> "$STATUS"
     return
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  say "$name: starting (limit ${limit}s): $*"
+  say "$name: starting (limit ${limit}s): $PY $*"
   t0=$SECONDS
-  timeout -k 10 "$limit" "$@" 2>&1 | tee "$RES/logs/$name.log"
+  (cd "$WORK" && exec timeout -k 10 "$limit" "$PY" "$@" < /dev/null) 2>&1 | tee "$RES/logs/$name.log"
   rc=${PIPESTATUS[0]}
-  local status=passed
+  status=passed
   [ "$rc" -ne 0 ] && status="failed (exit $rc)"
   [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && status="timed out after ${limit}s"
   say "$name: $status in $((SECONDS - t0))s"
   printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - t0))" "$*" >> "$STATUS"
 }
 
-check pytest_gpu 90 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml="$RES/pytest_gpu.xml" \
-  $(grep -rl "mark.gpu" tests)  # only the files that hold GPU tests: the others need packages the machine lacks
-check step_bf16 100 "$PY" -m bench.perf.step --device "$DEVICE" --precision bf16-mixed "${STEP_ARGS[@]}" --out "$RES"
-check step_fp32 90 "$PY" -m bench.perf.step --device "$DEVICE" --precision 32-true "${STEP_ARGS[@]}" --out "$RES"
-check scale 150 "$PY" -m bench.perf.scale --model Qwen/Qwen3-1.7B --engines hf --device "$DEVICE" \
-  --precision bf16-mixed "${SCALE_ARGS[@]}" --out "$RES/scale_$DEVICE.md"
-check trl 120 "$PY" -m bench.perf.trl --device "$DEVICE" "${TRL_ARGS[@]}" --out "$RES"
-check train_chain 100 "$PY" -m bench.cli train --config results/configs/embedded_grpo.yaml --task.name chain \
-  --model.name "$TRAIN_SIZE" --trainer.accelerator "$ACC" --precision bf16-mixed --rl.steps "$TRAIN_STEPS" \
-  --eval.every "$TRAIN_STEPS" --eval.num_problems "$TRAIN_EVAL" --eval.n 1 --eval.k '[1]' \
-  --tracking.experiment gpu-check --tracking.results_dir "$RES/train" --no_progress
+while IFS=$'\t' read -r -u 3 name limit state command; do
+  if [ "$state" != run ]; then
+    say "$name: ${state/skip:/skipped:}"
+    printf '%s\t%s\t0\t%s\n' "$name" "${state/skip:/skipped:}" "$command" >> "$STATUS"
+    continue
+  fi
+  eval "args=($command)"  # the plan's shell-quoted arguments
+  check "$name" "$limit" "${args[@]}"
+done 3< "$RES/plan.tsv"
 
-say "writing summary.md, results.json and raw.tar.gz"
+say "writing summary.md and results.json"
 "$PY" - "$RES" "$OUT" "$DEVICE" <<'EOF' || say "the summary failed"
 import json, math, os, sys
 from pathlib import Path
@@ -151,7 +137,7 @@ lines = [f"# GPU checks ({device})", "", "| check | status | s | command |", "|-
 lines += [f"| {n} | {s} | {t} | `{c}` |" for n, s, t, c in rows]
 data = {"status": [dict(zip(("check", "status", "seconds", "command"), r)) for r in rows]}
 
-try:  # the bf16 run: its reward and loss per step, and whether anything was not finite
+try:  # the bf16 run: its reward and loss per step, whether anything was not finite (what it logged, if stopped)
     from mlflow import MlflowClient
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
@@ -176,18 +162,17 @@ try:  # the bf16 run: its reward and loss per step, and whether anything was not
                   f"reward per step: {', '.join(f'{x:.3f}' for x in r)}",
                   f"mean reward, first half {train['reward_first_half']:.3f} -> second half "
                   f"{train['reward_second_half']:.3f}; not finite: {bad or 'nothing'}; median step "
-                  f"{train['median_step_s']:.3f} s (after the first)"]
+                  f"{train['median_step_s']:.3f} s (after the first); last eval: {train['eval'] or 'none logged'}"]
 except Exception as e:  # noqa: BLE001 - the summary reports what it could read
     lines += ["", f"(the bf16 run's metrics could not be read: {type(e).__name__}: {e})"]
 
-for md in sorted(res.glob("*.md")):
-    lines += ["", "---", f"<!-- {md.name} -->", "", md.read_text().strip()]
+for md in sorted(res.rglob("*.md")):
+    name = md.relative_to(res).as_posix()
+    lines += ["", "---", f"<!-- {name} -->", "", md.read_text().strip()]
     js = md.with_suffix(".json")
     if js.exists():
-        data[md.stem] = json.loads(js.read_text())
+        data[name.removesuffix(".md")] = json.loads(js.read_text())
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 (out / "results.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
 EOF
-tar -czf "$OUT/raw.tar.gz" -C "$WORK" results $(cd "$WORK" && ls mlflow.db 2>/dev/null) \
-  || say "raw.tar.gz failed"
 say "done in $((SECONDS - START))s: $(cut -f1,2 "$STATUS" | tr '\t\n' ': ' | sed 's/: $//')"

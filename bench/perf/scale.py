@@ -1,7 +1,8 @@
 """Throughput and memory of real RL steps at a Hub model's size, without downloading it.
 
-    python -m bench.perf.scale --model Qwen/Qwen3-1.7B --engines hf vllm --steps 4
-    python -m bench.perf.scale --model Qwen/Qwen3-1.7B --shrink num_hidden_layers=2 --device cpu  # a smoke run
+    python -m bench.perf.scale --model Qwen/Qwen3-1.7B --engines hf vllm --steps 4 [--time-limit 140]
+    python -m bench.perf.scale --model Qwen/Qwen3-1.7B --device cpu \
+        --shrink num_hidden_layers=1 hidden_size=64 num_attention_heads=2 num_key_value_heads=1  # a smoke run
 
 A randomly initialised model of the architecture (bench.models.hub_archs, full vocabulary) is saved once
 and trained with ``creditbench train`` for a few GRPO steps per engine, each engine in its own
@@ -17,6 +18,13 @@ The first step is a warm-up and is left out of the medians. Beside them: the upd
 utilisation (6 x parameters x completion tokens per second of the update phase, over the GPU's dense bf16
 peak: prompt tokens and activation recomputation are not counted, so it is a lower bound) and the memory
 that bench.run.plan estimates for the run (which leaves out HF generation's KV cache).
+
+A model over 100M parameters runs on ``--device cuda`` only (bench.perf.placement: its forwards on the CPU
+would take minutes; GPU_CHECK_DEVICE=cpu swaps in a smoke shape). The run evaluates and searches its credit
+probe on one problem (a random model's rewards never mix, so the probe would sample every eval problem in
+vain) and saves no checkpoint or policy. With ``--time-limit`` an engine's run that is still going when the
+time is up is stopped and reported from the steps it finished (its row says so): the run rewrites what it
+has measured (the steps MLflow holds, the peak memory) every few seconds.
 """
 
 from __future__ import annotations
@@ -28,10 +36,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, write_report
+from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
+from bench.perf.placement import parse_overrides, place, save_model
+
+PROG = "python -m bench.perf.scale"
+STEP_KEYS = ("time/rollout_s", "time/score_s", "time/update_s", "time/sync_s", "time/step_s", "train/tokens")
+STEP_KEYS += ("train/response_length",)
+MISMATCH_KEYS = ("rollout/logprob_abs_diff_mean", "rollout/prob_ratio_max")
 
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) by GPU name, the first match counting: the MFU's
 # denominator.
@@ -54,21 +69,9 @@ def _plan(cfg, gpu_gb: float) -> dict:
     return {"params": p.params, "plan_gb": p.total_gb, "plan": p.line()}
 
 
-def _parse_shrink(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        key, _, value = item.partition("=")
-        out[key] = int(value) if value.lstrip("-").isdigit() else float(value)
-    return out
-
-
-def _one(args: argparse.Namespace) -> None:
-    """Child process: one engine's run; prints one JSON line."""
-    import mlflow
-    import torch
-
+def _config(args: argparse.Namespace):
+    """The child's run: GRPO on arithmetic from the saved random checkpoint, sized by ``args``."""
     from bench.config import RunConfig
-    from bench.run.train import run
 
     cfg = RunConfig()
     cfg.model.name, cfg.model.dtype = args.checkpoint, "float32"
@@ -82,51 +85,80 @@ def _one(args: argparse.Namespace) -> None:
     cfg.rl.minibatches = args.minibatches
     cfg.rl.lr = 1e-6
     cfg.rl.sampling = type(cfg.rl.sampling)(max_new_tokens=args.new_tokens)
-    cfg.eval.every, cfg.eval.n, cfg.eval.k, cfg.eval.num_problems = 10**6, 1, [1], args.prompts
+    # one eval problem: the credit probe searches the eval problems for mixed rewards, which a random model never has
+    cfg.eval.every, cfg.eval.n, cfg.eval.k, cfg.eval.num_problems = 10**6, 1, [1], 1
     cfg.eval.sampling = type(cfg.eval.sampling)(max_new_tokens=8)
+    cfg.checkpoint.every, cfg.checkpoint.policy = 0, False  # a Hub-sized save would cost more than the steps
     cfg.tracking.uri, cfg.tracking.experiment = args.uri, "creditbench-bench-scale"
     cfg.tracking.run_name = f"{args.engine}-{Path(args.model).name}"
-    gpu = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
-    estimate = _plan(cfg, gpu.total_memory / 1e9 if gpu else 80.0)
-    if gpu:
-        torch.cuda.reset_peak_memory_stats()
-    result = run(cfg, progress=False)
-    client = mlflow.MlflowClient(args.uri)
+    return cfg
+
+
+def _measured(uri: str, run_name: str, fixed: dict) -> dict:
+    """What the run ``run_name`` has measured so far: its per-step series from MLflow and the process's peak
+    GPU memory, with ``fixed`` (the engine, the plan's estimate)."""
+    import mlflow
+    import torch
+
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name("creditbench-bench-scale")
+    runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{run_name}'") if exp else []
 
     def series(key: str) -> list[float]:
-        return [m.value for m in sorted(client.get_metric_history(result["mlflow_run_id"], key), key=lambda m: m.step)]
+        history = client.get_metric_history(runs[0].info.run_id, key) if runs else []
+        return [m.value for m in sorted(history, key=lambda m: m.step)]
 
-    steps = {
-        k: series(k)
-        for k in (
-            "time/rollout_s",
-            "time/score_s",
-            "time/update_s",
-            "time/sync_s",
-            "time/step_s",
-            "train/tokens",
-            "train/response_length",
-        )
+    cuda = torch.cuda.is_available()
+    return {
+        **fixed,
+        "steps": {k: series(k) for k in STEP_KEYS},
+        "mismatch": {k: series(k) for k in MISMATCH_KEYS},
+        "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else None,
+        "peak_gpu_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if cuda else None,
     }
-    print(
-        "RESULT "
-        + json.dumps(
-            {
-                "engine": args.engine,
-                "steps": steps,
-                "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
-                "peak_gpu_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if torch.cuda.is_available() else None,
-                "mismatch": {k: series(k) for k in ("rollout/logprob_abs_diff_mean", "rollout/prob_ratio_max")},
-                "peak_tflops": peak_tflops(gpu.name if gpu else None),
-                **estimate,
-            }
-        ),
-        flush=True,
-    )
 
 
-def summarize(res: dict) -> dict:
-    """Medians over the steps after the first (warm-up)."""
+def _keep_writing(path: Path, measure, every_s: float = 5.0) -> threading.Event:
+    """Rewrite ``path`` with ``measure()``'s JSON every ``every_s`` seconds until the returned event is set
+    (the parent reads it when the run does not finish)."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(every_s):
+            try:
+                tmp = path.with_name(f".{path.name}.tmp")
+                tmp.write_text(json.dumps(measure()))
+                os.replace(tmp, path)
+            except Exception:  # noqa: BLE001 - a busy store: the next round writes it
+                continue
+
+    threading.Thread(target=loop, daemon=True).start()
+    return stop
+
+
+def _one(args: argparse.Namespace) -> None:
+    """Child process: one engine's run; prints one JSON line (and keeps ``args.live`` up to date meanwhile)."""
+    import torch
+
+    from bench.run.train import run
+
+    cfg = _config(args)
+    gpu = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
+    fixed = {
+        "engine": args.engine,
+        "peak_tflops": peak_tflops(gpu.name if gpu else None),
+        **_plan(cfg, gpu.total_memory / 1e9 if gpu else 80.0),
+    }
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
+    stop = _keep_writing(Path(args.live), lambda: _measured(args.uri, cfg.tracking.run_name, fixed))
+    run(cfg, progress=False)
+    stop.set()
+    print("RESULT " + json.dumps(_measured(args.uri, cfg.tracking.run_name, fixed)), flush=True)
+
+
+def summarize(res: dict, stopped: str | None = None) -> dict:
+    """Medians over the steps after the first (warm-up); ``stopped``: why the run ended before its last step."""
     s = res["steps"]
     tokens = s["train/tokens"]
     per_step = [b - a for a, b in zip([0.0] + tokens[:-1], tokens)]
@@ -143,6 +175,8 @@ def summarize(res: dict) -> dict:
     mfu = 6 * params * gen / update / (peak * 1e12) if params and peak and update else None
     return {
         "engine": res["engine"],
+        "stopped": stopped,
+        "steps_done": len(s["time/step_s"]),
         "gen_tokens_per_step": gen,
         "rollout_s": rollout,
         "rollout_tok_s": gen / rollout if rollout else float("nan"),
@@ -171,7 +205,7 @@ def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
     )
     table = [
         [
-            r["engine"],
+            r["engine"] + (f" ({r['stopped']})" if r.get("stopped") else ""),
             f(r["rollout_tok_s"], ",.0f"),
             f(r["rollout_s"], ".2f"),
             f(r["update_tok_s"], ",.0f"),
@@ -186,7 +220,7 @@ def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
         ]
         for r in rows
     ]
-    init = f"random init, {args.shrink}" if args.shrink else "random init"
+    init = f"random init, {' '.join(args.shrink)}" if args.shrink else "random init"
     lines = [
         f"# RL step throughput at {args.model} size ({init})",
         "",
@@ -202,8 +236,32 @@ def markdown(rows: list[dict], args: argparse.Namespace, host: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _engine_run(engine: str, args: argparse.Namespace, argv: list[str], tmp: Path, deadline: float | None):
+    """One engine's run in its own process (so that one's memory does not count against the other): its
+    summary; when it ran out of time or failed, the summary of the steps it finished (None if none)."""
+    live = tmp / f"{engine}.live.json"
+    cmd = [sys.executable, "-m", "bench.perf.scale", *argv, "--engine", engine, "--checkpoint", str(tmp / "model")]
+    cmd += ["--uri", f"sqlite:///{tmp / 'mlflow.db'}", "--live", str(live)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CREDITBENCH_CACHE": str(tmp / "cache")}
+    left = None if deadline is None else max(1.0, deadline - time.monotonic())
+    try:  # its stderr shows as it runs
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=left)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if proc.returncode == 0 and line is not None:
+            return summarize(json.loads(line[len("RESULT ") :]))
+        stopped = f"failed (exit {proc.returncode}; its output is above)"
+    except subprocess.TimeoutExpired:
+        stopped = f"stopped at the time limit ({args.time_limit} s)"
+    res = json.loads(live.read_text()) if live.exists() else None
+    done = len(res["steps"]["time/step_s"]) if res else 0
+    print(f"{engine}: {stopped}, after {done} of {args.steps} steps", file=sys.stderr)
+    return summarize(res, stopped=f"{stopped} after {done} of {args.steps} steps") if done else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = perf_parser(__doc__, "python -m bench.perf.scale")
+    """Save the random checkpoint, run each engine in its own process, write the report."""
+    t_start = time.monotonic()
+    ap = perf_parser(__doc__, PROG)
     ap.add_argument("--model", default="Qwen/Qwen3-1.7B", help="an architecture of bench.models.hub_archs")
     ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
     ap.add_argument("--steps", type=int, default=4)
@@ -216,53 +274,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     ap.add_argument("--shrink", nargs="*", default=[], help="config overrides, e.g. num_hidden_layers=2 (smoke runs)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--time-limit", type=int, default=0, help="seconds for the whole script (0: none); see above")
     ap.add_argument("--out", default="results/benchmarks/scale.md")
-    ap.add_argument("--engine", help=argparse.SUPPRESS)
-    ap.add_argument("--checkpoint", help=argparse.SUPPRESS)
-    ap.add_argument("--uri", help=argparse.SUPPRESS)
+    for hidden in ("--engine", "--checkpoint", "--uri", "--live"):  # the child's
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.engine:  # the child
+    if args.engine:
         _one(args)
         return 0
 
-    from bench.models.hub_archs import random_checkpoint
-
+    where = place(args.model, args.device, parse_overrides(args.shrink))
+    deadline = t_start + args.time_limit - 5 if args.time_limit else None  # 5 s to write the report
+    rows = []
     with tempfile.TemporaryDirectory(prefix="creditbench-scale-") as tmp:
-        ckpt = Path(tmp) / "model"
         t = time.perf_counter()
-        random_checkpoint(args.model, ckpt, dtype="float32", max_positions=4096, **_parse_shrink(args.shrink))
-        print(f"random {args.model} saved in {time.perf_counter() - t:.0f} s", flush=True)
-        uri = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
-        rows = []
+        save_model(args.model, where, Path(tmp) / "model", max_positions=4096)
+        print(f"random {args.model} ({where.params:,} parameters) saved in {time.perf_counter() - t:.0f} s", flush=True)
         for engine in args.engines:
-            cmd = [
-                sys.executable,
-                "-m",
-                "bench.perf.scale",
-                *(sys.argv[1:] if argv is None else argv),
-                "--engine",
-                engine,
-                "--checkpoint",
-                str(ckpt),
-                "--uri",
-                uri,
-            ]
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "CREDITBENCH_CACHE": str(Path(tmp) / "cache")}
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # its stderr shows as it runs
-            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if proc.returncode != 0 or line is None:
-                print(f"{engine}: failed (exit {proc.returncode}; its output is above)", file=sys.stderr)
-                continue
-            rows.append(summarize(json.loads(line[7:])))
-            print(json.dumps(rows[-1]), flush=True)
+            row = _engine_run(engine, args, sys.argv[1:] if argv is None else argv, Path(tmp), deadline)
+            if row is not None:
+                rows.append(row)
+                print(json.dumps(rows[-1]), flush=True)
     if not rows:
         return 1
+    args.shrink = [f"{k}={v}" for k, v in where.overrides.items()]  # the shape that ran
     host = machine_line(machine())
     text = markdown(rows, args, host)
     write_report(args.out, text, {"machine": host, "args": vars(args), "rows": rows})
     print(text)
-    return 0
+    return 0 if all(r["stopped"] is None for r in rows) else 3
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, PROG)

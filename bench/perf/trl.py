@@ -1,20 +1,29 @@
-"""Benchmark: creditbench's GRPO step against TRL's GRPOTrainer on the same workload, per tiny size.
+"""Benchmark: creditbench's GRPO step against TRL's GRPOTrainer on the same workload, per model size.
 
     python -m bench.perf.trl [--sizes tiny-500k tiny-2m tiny-8m] [--reps 3] [--steps 5] [--warmup 2]
                               [--threads N] [--device cpu] [--out results/benchmarks]
+    python -m bench.perf.trl --sizes Qwen/Qwen3-1.7B --device cuda --prompts 4 \
+                              --runs creditbench/matched trl/matched [--shrink ...] [--time-limit 140]
 
 Needs the ``trl`` extra (``pip install -e '.[trl]'``: trl 1.16.0; it is used by nothing but this script).
 ``--device cuda`` runs all three (creditbench, TRL and the floor) on the GPU and writes ``trl_cuda.md|json``
 (each run's peak GPU memory is in the json, ``peak_gpu_mib``; the tables keep the processes' RSS).
+A size may also be an architecture of ``bench.models.hub_archs`` (randomly initialised with its full vocabulary,
+``--shrink`` overriding config fields; over 100M parameters on ``--device cuda`` only, see
+bench.perf.placement); ``--prompts`` sets the prompts a step (fewer fit a Hub size's fp32 logits and
+activations on one GPU) and ``--runs`` the configurations run (default: all, below). After every run the
+report is rewritten from the runs done so far, so a script stopped early keeps them; with ``--time-limit``
+the run that would end past it is stopped and the script ends there.
 
 The workload, identical in both frameworks: the tiny Qwen3 policy of ``bench.models.policy.build_tiny`` (random
-weights, saved once with ``save_pretrained`` and loaded from that directory by both), arithmetic prompts
-(the registered ``arithmetic`` task with a 4,096-problem train split; its ``prompt()`` makes the prompts
-and its ``verify()`` gives the rewards -- TRL gets a reward function calling the same ``verify``),
-16 prompts x G=8 completions per step, up to 32 new tokens at temperature 1 (no top-k/top-p), GRPO
+weights; or the Hub architecture, see above), saved once with ``save_pretrained`` and loaded from that
+directory by both, arithmetic prompts (the registered ``arithmetic`` task with a 4,096-problem train
+split; its ``prompt()`` makes the prompts and its ``verify()`` gives the rewards -- TRL gets a reward
+function calling the same ``verify``), 16 prompts (``--prompts``) x G=8 completions per step, up to 32
+new tokens at temperature 1 (no top-k/top-p), GRPO
 with the group-normalised advantage (std + 1e-4), clip eps 0.2, no KL (beta 0), AdamW (lr 1e-4,
 betas (0.9, 0.99), weight decay 0, constant schedule), grad-norm clip 1.0, and one optimizer step
-per generation batch (TRL: ``num_iterations=1``, ``per_device_train_batch_size=128``,
+per generation batch (TRL: ``num_iterations=1``, ``per_device_train_batch_size`` = prompts x G,
 ``gradient_accumulation_steps=1`` and so ``steps_per_generation=1``).
 
 Settings compared:
@@ -63,17 +72,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.perf import trl_runs
 from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
-from bench.perf.trl_runs import (
-    CREDITBENCH_BEST,
-    CREDITBENCH_MATCHED,
-    MAX_NEW,
-    PROMPTS,
-    SEED,
-    G,
-    creditbench_adamw,
-    measure,
-)
+from bench.perf.placement import Placement, parse_overrides, place, save_model
+from bench.perf.trl_runs import CREDITBENCH_BEST, CREDITBENCH_MATCHED, MAX_NEW, PROMPTS, SEED, G, creditbench_adamw
 
 PROG = "python -m bench.perf.trl"
 # (framework, setting) in the order each repetition runs them: frameworks alternate.
@@ -86,19 +88,23 @@ RATIO_COLUMNS = (
     "| peak memory ratio | creditbench step / floor | TRL step / floor | floor s | CPU-time ratio "
     "| creditbench CPU / floor CPU"
 )
+PAIRS = (("matched", "creditbench/matched", "trl/matched"), ("best", "creditbench/best", "trl/defaults"))
 
 
-def runs_to_do() -> list[tuple[str, str]]:
-    """RUNS, without creditbench's best settings when they are its matched ones (those runs serve both)."""
+def runs_to_do(requested: list[str] | None = None) -> list[tuple[str, str]]:
+    """RUNS (those ``requested`` by their "framework/setting" names), without creditbench's best settings
+    when they are its matched ones (those runs serve both)."""
     same = CREDITBENCH_BEST == CREDITBENCH_MATCHED
-    return [r for r in RUNS if not (same and r == ("creditbench", "best"))]
+    wanted = [r for r in RUNS if requested is None or "/".join(r) in requested]
+    return [r for r in wanted if not (same and r == ("creditbench", "best"))]
 
 
 def _worker(spec: dict) -> None:
     import torch
 
     torch.set_num_threads(spec["threads"])
-    res = measure(
+    trl_runs.PROMPTS = spec.get("prompts", PROMPTS)  # this process's workload: trl_runs reads it from its module
+    res = trl_runs.measure(
         spec["framework"],
         spec["setting"],
         spec["model_dir"],
@@ -110,8 +116,9 @@ def _worker(spec: dict) -> None:
     print(MARK + json.dumps(res), flush=True)
 
 
-def run_isolated(spec: dict) -> dict:
-    """``measure`` in a fresh Python process (its peak RSS is this run's alone)."""
+def run_isolated(spec: dict, timeout: float | None = None) -> dict:
+    """``measure`` in a fresh Python process (its peak RSS is this run's alone), stopped after ``timeout``
+    seconds (subprocess.TimeoutExpired)."""
     env = dict(
         os.environ,
         TOKENIZERS_PARALLELISM="false",
@@ -127,6 +134,7 @@ def run_isolated(spec: dict) -> dict:
         text=True,
         env=env,
         check=False,
+        timeout=timeout,
     )
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith(MARK)]
     if p.returncode or not lines:
@@ -138,17 +146,17 @@ def run_isolated(spec: dict) -> dict:
 
 
 def aggregate_size(size: str, params: int, runs: dict) -> dict:
-    """Medians over repetitions of each configuration's figures, and the ratios."""
+    """Medians over repetitions of each configuration's figures, and the ratios of the pairs that ran (those
+    to the floor None without it)."""
     med = {}
     for key, reps in runs.items():
         med[key] = {k: statistics.median(r[k] for r in reps) for k in FIGURES}
         med[key]["step_s_reps"] = [r["step_s"] for r in reps]
-    floor, floor_cpu = med["floor/fp32"]["step_s"], med["floor/fp32"]["cpu_s"]
+    floor, floor_cpu = (med["floor/fp32"]["step_s"], med["floor/fp32"]["cpu_s"]) if "floor/fp32" in med else [None] * 2
     out = {"size": size, "params": params, "runs": med, "floor_s": floor, "floor_cpu_s": floor_cpu}
-    for label, cb, trl in (
-        ("matched", "creditbench/matched", "trl/matched"),
-        ("best", "creditbench/best", "trl/defaults"),
-    ):
+    for label, cb, trl in PAIRS:
+        if cb not in med or trl not in med:
+            continue
         a, b = med[cb], med[trl]
         out[label] = {
             "creditbench_step_s": a["step_s"],
@@ -157,12 +165,27 @@ def aggregate_size(size: str, params: int, runs: dict) -> dict:
             "speedup": b["step_s"] / a["step_s"],
             "tokens_per_s_ratio": a["tokens_per_s"] / b["tokens_per_s"],
             "peak_rss_ratio": a["peak_rss_mib"] / b["peak_rss_mib"],
-            "creditbench_over_floor": a["step_s"] / floor,
-            "trl_over_floor": b["step_s"] / floor,
+            "creditbench_over_floor": a["step_s"] / floor if floor else None,
+            "trl_over_floor": b["step_s"] / floor if floor else None,
             "cpu_ratio": a["cpu_s"] / b["cpu_s"],
-            "creditbench_over_floor_cpu": a["cpu_s"] / floor_cpu,
+            "creditbench_over_floor_cpu": a["cpu_s"] / floor_cpu if floor_cpu else None,
         }
     return out
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _size(r: dict) -> str:
+    return r["size"] + (" (cut down)" if r.get("shape") else "")  # --shrink, or the CPU's smoke shape
+
+
+def _extra_args(a) -> str:
+    """The options beyond the first report's (its committed json has none of them) as they were given."""
+    given = {"prompts": [] if getattr(a, "prompts", PROMPTS) == PROMPTS else [a.prompts]}
+    given.update(runs=getattr(a, "runs", None) or [], shrink=getattr(a, "shrink", None) or [])
+    return "".join(f" --{k} {' '.join(map(str, v))}" for k, v in given.items() if v)
 
 
 def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> str:
@@ -176,10 +199,12 @@ def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> 
     ratios = []
     for r in results:
         for label, name in (("matched", "matched"), ("best", "best vs TRL defaults")):
+            if label not in r:  # a pair that did not run
+                continue
             m = r[label]
             ratios.append(
                 [
-                    r["size"],
+                    _size(r),
                     f"{r['params']:,}",
                     name,
                     f"{m['creditbench_step_s']:.3f}",
@@ -188,16 +213,16 @@ def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> 
                     f"{m['speedup']:.2f}x",
                     f"{m['tokens_per_s_ratio']:.2f}",
                     f"{m['peak_rss_ratio']:.2f}",
-                    f"{m['creditbench_over_floor']:.2f}",
-                    f"{m['trl_over_floor']:.2f}",
-                    f"{r['floor_s']:.3f}",
+                    _f(m["creditbench_over_floor"], ".2f"),
+                    _f(m["trl_over_floor"], ".2f"),
+                    _f(r["floor_s"], ".3f"),
                     f"{m['cpu_ratio']:.2f}",
-                    f"{m['creditbench_over_floor_cpu']:.2f}",
+                    _f(m["creditbench_over_floor_cpu"], ".2f"),
                 ]
             )
     absolute = [
         [
-            r["size"],
+            _size(r),
             key,
             f"{m['step_s']:.3f} [{', '.join(f'{x:.3f}' for x in m['step_s_reps'])}]",
             f"{m['cpu_s']:.3f}",
@@ -212,10 +237,11 @@ def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> 
         "",
         (
             f"`{PROG} --sizes {' '.join(a.sizes)} --reps {a.reps} --steps {a.steps} --warmup {a.warmup} "
-            f"--threads {host['torch_threads']}{device}`. "
+            f"--threads {host['torch_threads']}{device}{_extra_args(a)}`. "
             "GRPO on arithmetic, "
-            f"{PROMPTS} prompts x G={G}, up to {MAX_NEW} new tokens at temperature 1, no KL, one optimizer step per "
-            "generation batch, random tiny Qwen3 weights loaded from the same directory by both. Each figure is "
+            f"{getattr(a, 'prompts', PROMPTS)} prompts x G={G}, up to {MAX_NEW} new tokens at temperature 1, no KL, "
+            "one optimizer step per generation batch, random weights (a tiny Qwen3, or the Hub architecture named) "
+            "loaded from the same directory by both. Each figure is "
             f"the median over {a.reps} repetitions of one subprocess's median step after {a.warmup} warm-up steps "
             "(frameworks alternate within a repetition). **matched**: both fp32, no gradient checkpointing, "
             'seq-mean-token-mean aggregation (TRL `loss_type="grpo"`), the same AdamW code '
@@ -243,7 +269,7 @@ def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> 
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = perf_parser(__doc__, PROG)
     ap.add_argument("--sizes", nargs="+", default=["tiny-500k", "tiny-2m", "tiny-8m"])
     ap.add_argument("--reps", type=int, default=3, help="repetitions (each configuration in a fresh process)")
@@ -251,94 +277,118 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=2, help="warm-up RL steps per run (not measured)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per run (0: min(2, torch's default))")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--prompts", type=int, default=PROMPTS, help="prompts a step")
+    ap.add_argument("--runs", nargs="+", choices=["/".join(r) for r in RUNS], help="the configurations run (all)")
+    ap.add_argument("--shrink", nargs="*", default=[], help="config overrides of a Hub size, e.g. num_hidden_layers=2")
+    ap.add_argument("--time-limit", type=int, default=0, help="seconds for the whole script (0: none)")
     ap.add_argument("--out", default="results/benchmarks")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.worker:
-        _worker(json.loads(a.worker))
-        return
+    return ap
+
+
+def _check(a) -> None:
+    """trl importable, the device there, every size a tiny size or a known architecture (else one line)."""
     import importlib.util
 
     import torch
 
     from bench.errors import CreditBenchError, did_you_mean
-    from bench.models.policy import TINY_SIZES, build_tiny, num_parameters
+    from bench.models.hub_archs import ARCHITECTURES
+    from bench.models.policy import TINY_SIZES
 
     if importlib.util.find_spec("trl") is None:
         raise CreditBenchError("the TRL benchmark needs trl: pip install -e '.[trl]'")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise CreditBenchError("--device cuda: torch sees no CUDA device")
     for size in a.sizes:
-        if size not in TINY_SIZES:
-            raise did_you_mean("model size", size, TINY_SIZES)
-    threads = a.threads or min(2, torch.get_num_threads())
-    host = machine(threads, packages=("transformers", "trl"))
-    host["creditbench_adamw"] = optim = creditbench_adamw()  # TRL's matched setting runs the same AdamW code
-    load_before = os.getloadavg()
-    t_start = time.perf_counter()
-    results = []
+        if size not in TINY_SIZES and size not in ARCHITECTURES:
+            raise did_you_mean("model size", size, [*TINY_SIZES, *ARCHITECTURES])
+
+
+class _Report:
+    """The report of the runs done so far, rewritten after each (a script stopped early keeps them)."""
+
+    def __init__(self, a, host: dict):
+        self.a, self.host, self.results = a, host, []
+        self.load_before, self.t_start = os.getloadavg(), time.perf_counter()
+
+    def update(self, size: str, where: Placement, runs: dict[str, list[dict]], stopped: str | None = None) -> None:
+        """Put ``size``'s runs so far in the report and write it; ``where``: its placement (the shape that ran);
+        ``stopped``: why the script ends early."""
+        runs = dict(runs)
+        if "creditbench/best" not in runs and {"creditbench/matched", "trl/defaults"} <= set(runs):  # the same runs
+            runs["creditbench/best"] = runs["creditbench/matched"]
+        self.results = [r for r in self.results if r["size"] != size]
+        self.results.append({**aggregate_size(size, where.params, runs), "shape": where.overrides, "raw": runs})
+        self.write(stopped)
+
+    def write(self, stopped: str | None) -> None:
+        a, host, results = self.a, self.host, self.results
+        wall = time.perf_counter() - self.t_start
+        load_after = os.getloadavg()
+        peak = max(x for r in results for reps in r["raw"].values() for run in reps for x in run["load_average_1min"])
+        md = markdown(results, host, a, (self.load_before[0], load_after[0], peak), wall)
+        if stopped:
+            md += f"\nThe script ended early ({stopped}): these are the runs it finished.\n"
+        stem = "trl" if a.device == "cpu" else f"trl_{a.device}"
+        notes = Path(a.out) / f"{stem}.md"
+        if notes.exists():  # keep the hand-written analysis that follows the measured tables
+            old = notes.read_text()
+            if NOTES in old:
+                md += "\n" + old[old.index(NOTES) :]
+        data = {"machine": host, "args": {k: v for k, v in vars(a).items() if k != "worker"}}
+        data.update(creditbench_best=CREDITBENCH_BEST, load_average=[self.load_before, load_after], wall_s=wall)
+        write_outputs(a.out, stem, md, {**data, "stopped": stopped, "results": results})
+
+
+def _measure_size(size: str, a, model_dir: str, where: Placement, report: _Report, deadline: float | None):
+    """Every repetition of every configuration on ``size``, each in its own process, the report rewritten
+    after each: why it stopped before the end (the time limit), or None."""
+    runs: dict[str, list[dict]] = {}
+    for rep in range(a.reps):
+        for framework, setting in runs_to_do(a.runs):
+            spec = {"framework": framework, "setting": setting, "model_dir": model_dir, "steps": a.steps}
+            spec.update(warmup=a.warmup, threads=a.threads, trl_optim=a.optim, device=a.device, prompts=a.prompts)
+            try:
+                res = run_isolated(spec, None if deadline is None else max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stopped = f"time limit {a.time_limit} s reached at {size} repetition {rep} {framework}/{setting}"
+                if runs:
+                    report.update(size, where, runs, stopped)
+                return stopped
+            runs.setdefault(f"{framework}/{setting}", []).append(res)
+            figures = {k: round(res[k], 4) for k in (*FIGURES, "process_s")}
+            line = {"size": size, "rep": rep, "run": f"{framework}/{setting}", **figures}
+            print(json.dumps({**line, "load": res["load_average_1min"]}), flush=True)
+            report.update(size, where, runs)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Each size's model saved once, then its runs (see the module docstring); the report after each run."""
+    t_start = time.monotonic()
+    a = _parser().parse_args(argv)
+    if a.worker:
+        _worker(json.loads(a.worker))
+        return 0
+    import torch
+
+    _check(a)
+    a.threads = a.threads or min(2, torch.get_num_threads())
+    host = machine(a.threads, packages=("transformers", "trl"))
+    host["creditbench_adamw"] = a.optim = creditbench_adamw()  # TRL's matched setting runs the same AdamW code
+    report = _Report(a, host)
+    deadline = t_start + a.time_limit - 5 if a.time_limit else None  # 5 s to write the report
+    stopped = None
     with tempfile.TemporaryDirectory() as tmp:
         for size in a.sizes:
-            model, tok = build_tiny(size, seed=SEED)
-            model_dir = str(Path(tmp) / size)
-            model.save_pretrained(model_dir)
-            tok.save_pretrained(model_dir)
-            runs: dict[str, list[dict]] = {}
-            for rep in range(a.reps):
-                for framework, setting in runs_to_do():
-                    spec = {
-                        "framework": framework,
-                        "setting": setting,
-                        "model_dir": model_dir,
-                        "steps": a.steps,
-                        "warmup": a.warmup,
-                        "threads": threads,
-                        "trl_optim": optim,
-                        "device": a.device,
-                    }
-                    res = run_isolated(spec)
-                    runs.setdefault(f"{framework}/{setting}", []).append(res)
-                    figures = {k: round(res[k], 4) for k in (*FIGURES, "process_s")}
-                    print(
-                        json.dumps(
-                            {
-                                "size": size,
-                                "rep": rep,
-                                "run": f"{framework}/{setting}",
-                                **figures,
-                                "load": res["load_average_1min"],
-                            }
-                        ),
-                        flush=True,
-                    )
-            if "creditbench/best" not in runs:  # the same settings: the same runs
-                runs["creditbench/best"] = runs["creditbench/matched"]
-            results.append(aggregate_size(size, num_parameters(model), runs))
-            results[-1]["raw"] = runs
-    wall = time.perf_counter() - t_start
-    load_after = os.getloadavg()
-    peak_load = max(x for r in results for reps in r["raw"].values() for run in reps for x in run["load_average_1min"])
-    md = markdown(results, host, a, (load_before[0], load_after[0], peak_load), wall)
-    stem = "trl" if a.device == "cpu" else f"trl_{a.device}"
-    notes = Path(a.out) / f"{stem}.md"
-    if notes.exists():  # keep the hand-written analysis that follows the measured tables
-        old = notes.read_text()
-        if NOTES in old:
-            md += "\n" + old[old.index(NOTES) :]
-    write_outputs(
-        a.out,
-        stem,
-        md,
-        {
-            "machine": host,
-            "args": {k: v for k, v in vars(a).items() if k != "worker"},
-            "creditbench_best": CREDITBENCH_BEST,
-            "load_average": [load_before, load_after],
-            "wall_s": wall,
-            "results": results,
-        },
-    )
-    print(md)
+            where = place(size, a.device, parse_overrides(a.shrink))
+            model_dir = str(save_model(size, where, Path(tmp) / size.replace("/", "--"), seed=SEED))
+            stopped = _measure_size(size, a, model_dir, where, report, deadline)
+            if stopped:
+                print(f"{PROG}: {stopped}", file=sys.stderr)
+                break
+    return 3 if stopped else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 SCRIPTS = ["step", "methods", "engines", "verify", "trl", "scale", "gold_check", "ui_screenshot", "fixed_cost"]
 SCRIPTS += ["live_metrics", "microbatch", "fsdp", "pretrained", "exact_objective", "flagship_cost", "sequential_design"]
+SCRIPTS += ["gpu_checks"]
 SCRIPTS += ["op_count"]
 
 
