@@ -14,14 +14,14 @@
 # network, and put on PYTHONPATH after the repository.
 #
 # Each check has its own time limit and all share one budget (GPU_CHECK_BUDGET seconds from the start, wheel
-# installs included; default 470): a check that fails or runs out of time does not stop the next, and one
-# that no longer fits is skipped. Everything is written as it goes, so a check stopped by its limit (or the
-# whole script killed) keeps what it measured: in $OUT (default results/gpu_check), gpu_check.log (everything
-# printed) and nvidia-smi.txt; in $OUT/raw, the plan, status.tsv (each check's status and seconds), each
-# check's log (logs/), the reports of the benchmarks (a stopped benchmark rewrites its report from what it
-# finished before its own --time-limit) and the MLflow store of the runs (mlflow.db: the chain run's metrics,
-# step by step). At the end, summary.md (each check's status and time, then every report) and results.json
-# (every report's data) in $OUT.
+# installs included; default 470, or 1400 on the CPU, where the checks' limits are 3 times the GPU's): a check
+# that fails or runs out of time does not stop the next, and one that no longer fits is skipped. Everything is
+# written as it goes, so a check stopped by its limit (or the whole script killed) keeps what it measured: in
+# $OUT (default results/gpu_check), gpu_check.log (everything printed) and nvidia-smi.txt; in $OUT/raw, the
+# plan, status.tsv (each check's status and seconds), each check's log (logs/), the reports of the benchmarks
+# (a stopped benchmark rewrites its report from what it finished before its own --time-limit) and the MLflow
+# store of the runs (mlflow.db: the chain run's metrics, step by step). At the end, summary.md (each check's
+# status and time, then every report) and results.json (every report's data) in $OUT.
 #
 # Without a CUDA device it says so and stops. GPU_CHECK_DEVICE=cpu runs the same checks at smoke sizes on the
 # CPU instead (a few minutes), to try the script itself: the Hub-sized models then take a smoke shape
@@ -33,8 +33,8 @@ OUT="${OUT:-$ROOT/results/gpu_check}"
 RES="$OUT/raw"
 mkdir -p "$RES/logs"
 OUT="$(cd "$OUT" && pwd)" RES="$(cd "$RES" && pwd)"
-BUDGET="${GPU_CHECK_BUDGET:-470}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
+BUDGET="${GPU_CHECK_BUDGET:-$([ "$DEVICE" = cuda ] && echo 470 || echo 1400)}"  # the CPU's limits are 3x
 PY="${PYTHON:-python3}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")"  # what is not kept: wheels, caches, MLflow artifacts
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
