@@ -257,6 +257,7 @@ class LossOutput:
     scalars: dict[str, Tensor] = field(default_factory=dict)
     """0-dim diagnostics of the minibatch that are not per-token means (e.g. a mean over rows),
     logged as ``train/<key>``, averaged over the update's minibatches."""
+    kl_mask: Tensor | None = None  # [B, T] the KL term's tokens when set, else mask's (the placebo's: the method's)
 
 
 class Method:

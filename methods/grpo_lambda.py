@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -98,6 +98,17 @@ class GRPOLambda(GRPO):
     description = "GRPO with an eligibility trace of token log-ratios in the clipped ratio"
     twin_options = {"lam": 0.0}  # no trace: GRPO's token ratio, with this recipe's advantage clamp
     paper = "Credit Assignment improves LLM Reasoning (Parthasarathi et al. 2025), arXiv 2510.00194"
+
+    def twin(self) -> dict[str, Any]:
+        """``lam: 0``, and the "recent" style without a floor where the config has "both" or a
+        ``trace_floor``: with either, lam = 0 still leaves earlier log-ratios in z_t ("both" the first
+        token's weight a^0 = 1, the floor every earlier token's), so the credit is not uniform."""
+        options: dict[str, Any] = dict(self.twin_options)
+        if self.config.style != "recent":
+            options["style"] = "recent"
+        if self.config.trace_floor > 0:
+            options["trace_floor"] = 0.0
+        return options
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         adv = super().credit(batch)

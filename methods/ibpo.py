@@ -35,7 +35,8 @@ Mode "diff_credit": the reconstruction this file implemented before the account 
 A_i on the tokens of a wrong y_i that the ``alignment`` with its nearest correct sibling y+ edits,
 unchanged_credit * A_i on the others (correct rows keep A_i); with ``repair`` the policy also
 continues y_i[:d] + [y+_d] (d the first divergence) and a correct continuation gets
-repair_credit * |A_i| from d on (``repair_advantage="group"``: its own reward's group advantage).
+repair_credit * |A_i| from d on (``repair_advantage="group"``: its own reward's group advantage;
+``repair_span="all"``: on every token, the twin's uniform credit).
 
 Checked against the account: shaping before group normalisation; phi_i = 0 on correct rows;
 Delta's indicator and rho = 0.5; lambda = 0.6; references are siblings, correct ones preferred;
@@ -105,6 +106,7 @@ ReferenceChoice = Literal["nearest", "first", "random"]
 IncorrectReferences = Literal["fallback", "never"]
 MaskOn = Literal["corrected", "revised"]
 RepairAdvantage = Literal["source", "group"]
+RepairSpan = Literal["edited", "all"]
 TEMPLATE_FIELDS = ("prompt", "attempt", "reference")
 # batch.extra keys, [B] float / [B, T] bool
 REVISIONS, REVISIONS_CORRECT, EDIT_MASK = "revisions", "revisions_correct", "edit_mask"
@@ -145,6 +147,9 @@ class IBPOConfig(GRPOConfig):
     repair_advantage: RepairAdvantage = "source"
     """diff_credit repair: that credit's unit, "source" (|A| of the incorrect source) or "group"
     (the repair's own reward under the original rows' group statistics)."""
+    repair_span: RepairSpan = "edited"
+    """diff_credit repair: the tokens of a repair that get its credit, from the divergence on
+    ("edited") or every one ("all", the twin's uniform credit)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -154,6 +159,7 @@ class IBPOConfig(GRPOConfig):
         check_choice("mask_on", self.mask_on, MaskOn)
         check_choice("alignment", self.alignment, Alignment)
         check_choice("repair_advantage", self.repair_advantage, RepairAdvantage)
+        check_choice("repair_span", self.repair_span, RepairSpan)
         check(self.shaping_coef >= 0, f"shaping_coef must be >= 0, got {self.shaping_coef}")
         check(0 <= self.rho <= 1, f"rho must be in [0, 1], got {self.rho}")
         check(self.num_references >= 1, f"num_references must be >= 1, got {self.num_references}")
@@ -180,13 +186,18 @@ class IBPO(GRPO):
     )
 
     def twin(self) -> dict[str, Any]:
-        """The counterfactual signal off, the rollouts and revisions generated as before: no shaping
-        ("shaping"), the shaped advantage on every token ("edit_mask"), A_i on every token ("diff_credit")."""
+        """Uniform credit on the same rollouts, revisions and repairs: GRPO, no shaping ("shaping");
+        the shaped advantage on every token, the edit mask off ("edit_mask"); A_i on every token of
+        the original rows ("diff_credit"), and with ``repair`` the repaired rows kept (the same
+        training rows) with each one's repair credit on every token, not from the divergence on."""
         if self.config.mode == "shaping":
             return {"shaping_coef": 0.0}
         if self.config.mode == "edit_mask":
             return {"mode": "shaping"}
-        return {"unchanged_credit": 1.0, "sparsify_correct": False}
+        options: dict[str, Any] = {"unchanged_credit": 1.0, "sparsify_correct": False}
+        if self.config.repair:
+            options["repair_span"] = "all"
+        return options
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         cfg = self.config
@@ -199,7 +210,7 @@ class IBPO(GRPO):
         shaped = batch.rewards.float() + cfg.shaping_coef * phi  # R'_i = R_i + lambda phi_i
         adv = normalised_advantage(cfg, shaped, batch.group_ids, cfg.scale_rewards)  # A'_i [B]
         credit = adv[:, None].expand_as(batch.completion_mask).float()
-        if EDIT_MASK in batch.extra:
+        if cfg.mode == "edit_mask" and EDIT_MASK in batch.extra:
             credit = credit * batch.extra[EDIT_MASK]  # m_t = 1[t not in U]
         return credit
 
@@ -276,7 +287,8 @@ class IBPO(GRPO):
             if cfg.repair_advantage == "source"
             else advantage(batch.rewards.float()).clamp(min=0)
         )  # a repair is only ever reinforced
-        edits = torch.arange(ids.shape[1], device=ids.device) >= batch.extra["edit_start"][:, None]  # [B, T]
+        start = batch.extra["edit_start"] if cfg.repair_span == "edited" else torch.zeros_like(batch.lengths)
+        edits = torch.arange(ids.shape[1], device=ids.device) >= start[:, None]  # [B, T]
         on_repairs = (cfg.repair_credit * unit * batch.correct)[:, None] * edits  # wrong repairs: 0
         return torch.where(repaired[:, None], on_repairs, credit)
 

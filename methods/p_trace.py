@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -125,6 +125,14 @@ class PTrace(GRPO):
     paper = (
         "Beyond Uniform Credit Assignment: Selective Eligibility Traces for RLVR (Mou et al. 2026), arXiv 2605.05965"
     )
+
+    def twin(self) -> dict[str, Any]:
+        """``twin_options``, and with ``detach_history`` the history attached again: a detached one
+        leaves gradient on l_t / L_i alone, GSPO's credit divided by L_i (rows reweighted), not GSPO."""
+        options = dict(self.twin_options)
+        if self.config.detach_history:
+            options["detach_history"] = False
+        return options
 
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         return self.traced_loss(batch, logprobs, credit, select=None, distance="raw")

@@ -14,8 +14,9 @@ which the permutation keeps, so the placebo's aggregated loss has the method's v
 gradient is the method's effective credit permuted within each completion: the same total credit
 per completion and the same magnitudes, on tokens chosen at random (a selection method's kept
 tokens become a random subset of the same size). Everything else (rollouts, filters, advantages,
-the KL term, the optimizer) is the method's. A method that does not beat its placebo has shown no
-token-level signal; its blame alignment is at chance by construction.
+the KL term, the optimizer) is the method's: the KL term is aggregated over the method's own loss
+mask (``LossOutput.kl_mask``), not the permuted one. A method that does not beat its placebo has
+shown no token-level signal; its blame alignment is at chance by construction.
 
 Choices:
 1. The permutation is a function of the run's seed and the rollout batch's tokens (resumed and
@@ -88,7 +89,8 @@ class Placebo:
             if g is not None:
                 loss = moved + g.gather(-1, perm) * (logprobs - logprobs.detach())
         permuted_mask = None if out.mask is None else out.mask.gather(-1, perm)
-        return LossOutput(loss, out.stats, permuted_mask, out.scalars)
+        kl_mask = out.mask if out.kl_mask is None else out.kl_mask  # the KL term stays on the method's tokens
+        return LossOutput(loss, out.stats, permuted_mask, out.scalars, kl_mask)
 
 
 def with_placebo(method: Method, placebo: bool, seed: int) -> Method:

@@ -230,7 +230,8 @@ def _gradient(
                 grad_lp[rows] = grad
         if method.config.kl_coef > 0:
             kl = k3_kl(s.logprobs, part.ref_logprobs)
-            loss = loss + method.config.kl_coef * aggregate(kl, mask, method.config.aggregation, **norm)
+            kl_mask = mask if out.kl_mask is None else out.kl_mask.to(mask.dtype)  # a placebo's: the method's own
+            loss = loss + method.config.kl_coef * aggregate(kl, kl_mask, method.config.aggregation, **norm)
             g.means.add("loss/kl", kl, part.completion_mask)
         with contextlib.nullcontext() if i == len(parts) - 1 else opt.no_sync():
             opt.backward(loss * world)  # DDP divides the sum of the processes' gradients by W

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from bench.config import EvalConfig, RLConfig
 from bench.core import RolloutBatch
 from bench.engine.module import RLVRModule
+from bench.engine.placebo import Placebo
 from bench.engine.scoring import score_batch
 from bench.engine.step import Optimization, make_optimizer, update
 from bench.models.policy import add_lora, build_tiny, char_tokenizer
@@ -136,3 +137,21 @@ def test_the_plain_update_is_the_modules_update(method_name, options, lora, epoc
     assert all(torch.equal(v, after[k]) for k, v in policy.state_dict().items())
     if "hidden_residual" in module.method.required:
         assert torch.equal(batch.hidden_residual, module.batch.hidden_residual) and batch.hidden_residual.max() > 0
+
+
+def test_the_placebo_keeps_the_method_s_kl_term():
+    """80/20 with a KL term: the placebo moves the selection the policy-gradient loss is aggregated
+    over, but its KL term stays on the method's own selection, so the two totals are equal (the
+    placebo keeps the loss value; a KL over the permuted tokens would not)."""
+    tok, ref = char_tokenizer(), build_tiny("tiny-500k", seed=1)[0].requires_grad_(False).eval()
+    base = build_tiny("tiny-500k", seed=0)[0]
+    rl = RLConfig(steps=1, prompts_per_step=GROUPS, group_size=G, lr=1e-3)
+    cls = METHODS.get("entropy_top")
+    totals = []
+    for method in (cls(cls.Config(kl_coef=0.05)), Placebo(cls(cls.Config(kl_coef=0.05)), seed=0)):
+        policy, batch = copy.deepcopy(base).train(), fixed_batch(tok)
+        opt, sched = make_optimizer(policy, rl)
+        scored = score_batch(policy, ref, method, batch, rl=rl)
+        stats = update(policy, method, batch, rl, opt=Optimization(opt, sched), scored=scored)
+        totals.append((stats["loss/total"], stats["loss/kl"]))
+    assert totals[0][1] > 0 and totals[1] == pytest.approx(totals[0], rel=1e-6)
