@@ -122,6 +122,13 @@ class RLConfig:
     completion), rows sorted by length), their gradients summed before the one optimizer step; the
     scoring passes are split alike. 0: each minibatch in one forward. The update equals the
     unsplit one to float precision, so it is not part of a run's identity (like threads)."""
+    lm_head_chunk_elements: int = 2**26
+    """The LM head in chunks of tokens: where a forward's completion logits (tokens x vocabulary)
+    would exceed this many elements, each token's log-prob and entropy come from the last hidden
+    states a chunk of at most this many logits at a time, recomputed in the backward
+    (bench.engine.lm_head), so no [tokens x vocabulary] tensor exists (a Hub vocabulary: 151,936).
+    The tiny policies' logits stay below it and take the whole head. Equal to the whole head to
+    float precision, so not part of a run's identity. 0: never chunked."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, f"rl.steps must be >= 1, got {self.steps}")
@@ -139,6 +146,10 @@ class RLConfig:
         check(self.budget_samples >= 0, f"rl.budget_samples must be >= 0, got {self.budget_samples}")
         check(self.budget_tokens >= 0, f"rl.budget_tokens must be >= 0, got {self.budget_tokens}")
         check(self.max_skipped_updates >= 0, f"rl.max_skipped_updates must be >= 0, got {self.max_skipped_updates}")
+        check(
+            self.lm_head_chunk_elements >= 0,
+            f"rl.lm_head_chunk_elements must be >= 0 (0: never chunked), got {self.lm_head_chunk_elements}",
+        )
         least = self.sampling.max_new_tokens + 1  # one prompt token and a full-length completion
         check(
             self.micro_batch_tokens == 0 or self.micro_batch_tokens >= least,

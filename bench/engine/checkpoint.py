@@ -46,6 +46,7 @@ def config_hash(cfg) -> str:
     d.pop("checkpoint", None)
     d.pop("threads", None)
     d["rl"].pop("micro_batch_tokens", None)  # the same update to float precision, in less memory
+    d["rl"].pop("lm_head_chunk_elements", None)  # nor the LM head's chunks (the same to float precision)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -116,6 +116,7 @@ def forward(
     use_cache: bool = False,
     logits_to_keep: int = 0,
     valid: Tensor | None = None,
+    head: bool = True,
 ):
     """``model(input_ids=..., attention_mask=..., position_ids=..., past_key_values=..., use_cache=...,
     logits_to_keep=...)``, for a model :func:`supports`: an object with ``logits`` and
@@ -127,7 +128,10 @@ def forward(
     other positions, which no valid position attends to): the valid positions' outputs are the same
     bits (a row of a matrix product does not depend on the other rows), the others' logits are 0.
     A backward would sum the weight gradients over fewer rows, in another order: so not with
-    gradients."""
+    gradients.
+
+    ``head=False``: the LM head is left out; the output's ``hidden`` holds the final norm's output at
+    the kept positions (what the head would read), and its ``logits`` are None."""
     from transformers.cache_utils import DynamicCache
     from transformers.masking_utils import create_causal_mask
 
@@ -156,16 +160,18 @@ def forward(
     for i, layer in enumerate(inner.layers[: cfg.num_hidden_layers]):
         hidden = _layer(layer, i, hidden, (cos, sin), mask, cache, index if valid is not None else None, shape)
     hidden = _rms_norm(hidden, inner.norm)
+    cache = cache if use_cache else None
     if valid is None:
         kept = hidden[:, -logits_to_keep:, :] if logits_to_keep else hidden
-        return _Output(F.linear(kept, model.lm_head.weight), cache if use_cache else None)
+        return _Output(F.linear(kept, model.lm_head.weight), cache) if head else _Output(None, cache, kept)
     keep = torch.zeros_like(index)
     keep[:, -logits_to_keep if logits_to_keep else 0 :] = True
-    out = F.linear(hidden[keep[index]], model.lm_head.weight)  # the kept valid positions
+    out = hidden[keep[index]]  # the kept valid positions
+    out = F.linear(out, model.lm_head.weight) if head else out
     logits = out.new_zeros(*shape, out.shape[-1])  # out's dtype: bf16 under autocast, where hidden is fp32
     logits[index & keep] = out
     kept = logits[:, -logits_to_keep:, :] if logits_to_keep else logits
-    return _Output(kept, cache if use_cache else None)
+    return _Output(kept, cache) if head else _Output(None, cache, kept)
 
 
 def _layer(layer, i: int, hidden: Tensor, rotary, mask, cache, index: Tensor | None, shape) -> Tensor:
@@ -211,7 +217,7 @@ def _scatter(t: Tensor, index: Tensor) -> Tensor:
 
 
 class _Output:
-    __slots__ = ("logits", "past_key_values")
+    __slots__ = ("logits", "past_key_values", "hidden")
 
-    def __init__(self, logits: Tensor, past_key_values) -> None:
-        self.logits, self.past_key_values = logits, past_key_values
+    def __init__(self, logits: Tensor | None, past_key_values, hidden: Tensor | None = None) -> None:
+        self.logits, self.past_key_values, self.hidden = logits, past_key_values, hidden

@@ -22,7 +22,7 @@ from torch import Tensor
 from bench.config import RLConfig
 from bench.core import NEEDS, Method, RolloutBatch
 from bench.distributed import all_sum
-from bench.engine import lean_forward, microbatch
+from bench.engine import lean_forward, lm_head, microbatch
 from bench.errors import CreditBenchError
 from bench.numerics import entropy_from_logits, token_logprobs
 
@@ -134,12 +134,17 @@ def score(
     with_entropy: bool = True,
     with_logits: bool = False,
     with_hidden: bool = False,
+    chunk_elements: int = lm_head.CHUNK_ELEMENTS,
 ) -> Scores:
     """Per-token log-probs (and entropies, logits, last hidden states) of the completions under ``model``.
 
     Prompts are left-padded and completions right-padded; positions count real tokens only, so a
     padded row is scored exactly like an unpadded one. Logits are only computed for the positions
     that predict completion tokens; the entropy (a pass over the vocabulary) only when asked for.
+    Where those logits (completion tokens x vocabulary) exceed ``chunk_elements`` (> 0;
+    ``rl.lm_head_chunk_elements``), no logits are asked for and the model's head is a plain linear
+    layer, the log-probs and entropies come from the last hidden states a chunk of tokens at a time
+    (:mod:`bench.engine.lm_head`), without a [tokens x vocabulary] tensor.
     Hidden states are read with a hook on the final norm (its input and output), so the other
     layers' states are never kept; position ``P-1+t`` (the one that predicts token ``t``) is returned.
 
@@ -155,29 +160,10 @@ def score(
     real_p, real_c = prompt_mask.bool().any(0), completion_mask.bool().any(0)
     p0 = min(int(real_p.long().argmax()), P - 1) if bool(real_p.any()) else P - 1  # first prompt column in use
     t1 = int(real_c.nonzero().max()) + 1 if bool(real_c.any()) else 1  # completion columns in use
+    asks = _Asks(temperature, with_entropy, with_logits, with_hidden, chunk_elements)
     if p0 == 0 and t1 == T:
-        return _score(
-            model,
-            prompt_ids,
-            prompt_mask,
-            completion_ids,
-            completion_mask,
-            temperature,
-            with_entropy,
-            with_logits,
-            with_hidden,
-        )
-    s = _score(
-        model,
-        prompt_ids[:, p0:],
-        prompt_mask[:, p0:],
-        completion_ids[:, :t1],
-        completion_mask[:, :t1],
-        temperature,
-        with_entropy,
-        with_logits,
-        with_hidden,
-    )
+        return _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, asks)
+    s = _score(model, prompt_ids[:, p0:], prompt_mask[:, p0:], completion_ids[:, :t1], completion_mask[:, :t1], asks)
     pad = T - t1  # right-pad every [B, t1, ...] output back to [B, T, ...] with zeros (masked positions)
     for name in ("logprobs", "entropy", "logits", "hidden", "hidden_pre"):
         v = getattr(s, name)
@@ -186,17 +172,18 @@ def score(
     return s
 
 
-def _score(
-    model,
-    prompt_ids,
-    prompt_mask,
-    completion_ids,
-    completion_mask,
-    temperature: float,
-    with_entropy: bool,
-    with_logits: bool,
-    with_hidden: bool,
-) -> Scores:
+@dataclass(frozen=True)
+class _Asks:
+    """What :func:`score` is asked for."""
+
+    temperature: float
+    with_entropy: bool
+    with_logits: bool
+    with_hidden: bool
+    chunk_elements: int
+
+
+def _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, asks: _Asks) -> Scores:
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
     masked = not bool(prompt_mask.all())
     attn = position_ids = None
@@ -206,25 +193,15 @@ def _score(
     cache = shared_prefix_cache(model, prompt_ids, prompt_mask, position_ids, masked)
     start = P - 1 if cache is not None else 0  # first input position of the pass below
     input_ids = torch.cat([prompt_ids[:, start:], completion_ids], 1)  # [B, P-start+T]
+    weight = None if asks.with_logits else lm_head.head_weight(model)
+    chunk = 0 if weight is None else lm_head.chunk_tokens(completion_ids.numel(), weight.shape[0], asks.chunk_elements)
     off = P - 1 - start  # where position P-1 sits in that pass
-    captured: dict[str, Tensor] = {}
-    norm = _final_norm(model) if with_hidden else None
-    handle = None
-    if norm is not None:
-
-        def hook(_module, args, output):
-            captured["pre"], captured["post"] = args[0][:, off : off + T].detach(), output[:, off : off + T].detach()
-
-        handle = norm.register_forward_hook(hook)
-    kwargs = {"output_hidden_states": True} if with_hidden and norm is None else {}
+    norm, captured, handle = _norm_hook(model, asks.with_hidden, off, T)
+    kwargs = {"output_hidden_states": True} if asks.with_hidden and norm is None else {}
     if cache is not None:
         kwargs.update(past_key_values=cache, use_cache=True)
-    call = model
-    if handle is None and not kwargs.get("output_hidden_states") and lean_forward.supports(model):
-        # the same operations without the module machinery; without gradient, only on the positions
-        # that are read or attended to (the prompts' real tokens and each row's completion)
-        valid = None if torch.is_grad_enabled() else torch.cat([prompt_mask[:, start:], completion_mask], 1).bool()
-        call = functools.partial(lean_forward.forward, model, valid=valid)
+    masks = prompt_mask[:, start:], completion_mask
+    call = _forward_call(model, handle is None and not kwargs.get("output_hidden_states"), masks, head=not chunk)
     try:
         if not masked:
             # No left padding: plain causal attention is exact for every real token (right padding
@@ -241,20 +218,65 @@ def _score(
     finally:
         if handle is not None:
             handle.remove()
-    logits = out.logits[:, :-1]  # [B, T, V]: position P-1+t predicts completion token t
-    logprobs = token_logprobs(logits, completion_ids, temperature)
-    scores = Scores(logprobs, None)
-    if with_hidden:
+    scores = _head(out, weight, chunk, completion_ids, asks)
+    if asks.with_hidden:
         if norm is not None:
             scores.hidden, scores.hidden_pre = captured["post"], captured["pre"]
         else:
             scores.hidden = out.hidden_states[-1][:, off : off + T].detach()
-    if with_entropy or with_logits:
+    return scores
+
+
+def _norm_hook(model, with_hidden: bool, off: int, T: int):
+    """(the final norm, what its hook captures, the hook's handle) where hidden states are asked for and
+    the model has a final norm: its input and output at positions ``off .. off+T-1``; else (None, {}, None)."""
+    norm = _final_norm(model) if with_hidden else None
+    captured: dict[str, Tensor] = {}
+    if norm is None:
+        return None, captured, None
+
+    def hook(_module, args, output):
+        captured["pre"], captured["post"] = args[0][:, off : off + T].detach(), output[:, off : off + T].detach()
+
+    return norm, captured, norm.register_forward_hook(hook)
+
+
+def _forward_call(model, plain: bool, masks: tuple[Tensor, Tensor], head: bool):
+    """The forward :func:`_score` calls: the lean one where the model supports it and nothing is read
+    off the model's modules (``plain``), else the model's own; without the LM head when ``head`` is
+    False (the output's ``hidden`` then holds what the head reads). ``masks``: the pass's prompt and
+    completion masks."""
+    if plain and lean_forward.supports(model):
+        # the same operations without the module machinery; without gradient, only on the positions
+        # that are read or attended to (the prompts' real tokens and each row's completion)
+        kept = None if torch.is_grad_enabled() else torch.cat(masks, 1).bool()
+        return functools.partial(lean_forward.forward, model, valid=kept, head=head)
+    return model if head else functools.partial(lm_head.decoder_forward, model)
+
+
+def _head(out, weight: Tensor | None, chunk: int, completion_ids: Tensor, asks: _Asks) -> Scores:
+    """The log-probs (and entropies, logits) of the completion tokens from the forward's output: from
+    its logits, or from its last hidden states ``chunk`` tokens at a time (``chunk`` > 0)."""
+    if chunk:
+        hidden = out.hidden[:, :-1]  # [B, T, H]: position P-1+t predicts completion token t
+        logprobs, entropy = lm_head.logprobs_entropy(
+            hidden.reshape(-1, hidden.shape[-1]),
+            weight,
+            completion_ids.reshape(-1),
+            asks.temperature,
+            chunk,
+            asks.with_entropy,
+        )
+        shape = completion_ids.shape
+        return Scores(logprobs.view(shape), None if entropy is None else entropy.view(shape))
+    logits = out.logits[:, :-1]  # [B, T, V]: position P-1+t predicts completion token t
+    scores = Scores(token_logprobs(logits, completion_ids, asks.temperature), None)
+    if asks.with_entropy or asks.with_logits:
         with torch.no_grad():
-            scaled = logits.detach().float() / temperature
-            if with_entropy:
+            scaled = logits.detach().float() / asks.temperature
+            if asks.with_entropy:
                 scores.entropy = entropy_from_logits(scaled)
-            if with_logits:
+            if asks.with_logits:
                 scores.logits = scaled
     return scores
 
@@ -279,6 +301,7 @@ def forward(model, batch: RolloutBatch, rl: RLConfig, with_entropy: bool, **kw) 
         batch.completion_mask,
         rl.sampling.temperature or 1.0,
         with_entropy,
+        chunk_elements=rl.lm_head_chunk_elements,
         **kw,
     )
 

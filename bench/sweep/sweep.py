@@ -192,6 +192,7 @@ def _hash(cfg: RunConfig) -> str:
     d["tracking"] = {k: v for k, v in d["tracking"].items() if k in ("experiment",)}
     d.pop("checkpoint")  # where and how often a run checkpoints does not change its results
     d["rl"].pop("micro_batch_tokens")  # nor does its micro-batch token budget (to float precision)
+    d["rl"].pop("lm_head_chunk_elements")  # nor the LM head's chunks (to float precision)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
