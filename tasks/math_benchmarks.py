@@ -46,6 +46,7 @@ from bench.errors import CreditBenchError
 from bench.registry import TASKS
 from tasks.data import Source, data_dir, first, load_rows, require, to_dataset
 from tasks.grading.math_grader import MathGrader
+from tasks.grading.math_verdict import marked_answer
 from tasks.prompts import chat_prompt
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -97,7 +98,9 @@ def last_boxed(text: str) -> str | None:
 
 
 def gsm8k_answer(solution: str) -> str:
-    return solution.split("####")[-1].strip().replace(",", "")
+    """The text after the last ``####`` (the whole solution without one), commas removed."""
+    answer = marked_answer(solution)
+    return (solution.strip() if answer is None else answer).replace(",", "")
 
 
 def integer_answer(value: Any) -> str:

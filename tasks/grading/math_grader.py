@@ -10,6 +10,9 @@ Verdicts
       TeX) and a reward that fails the dataset's notation is biased. This is the reward.
     - flexible: math-verify's lenient defaults (LaTeX and plain expressions, last-number fallback),
       reported as ``Outcome.correct_flexible`` and skipped with ``flexible=False`` (training).
+      A completion with GSM8K's ``#### <answer>`` line is graded on what follows its last
+      ``####`` (``math_verdict.marked_answer``, which also gives GSM8K's gold answers), not on a
+      number the fallback finds in the working; the strict verdict does not read the marker.
 
     A gold answer without ``\\boxed`` or a math ``$`` (an escaped ``\\$``, as in ``\\$40``, is
     not one) is wrapped in ``\\boxed{}`` and parsed with the strict (LaTeX) config, falling back to

@@ -56,6 +56,7 @@ MAX_NESTING = 50  # deeper {...} or (...)/[...] nesting is graded wrong unparsed
 MAX_DIGITS = 4300  # longer digit runs are graded wrong unparsed (Python's int-string limit)
 MAX_VALUE_DIGITS = 1_000_000  # integer powers with a larger value are graded wrong unparsed
 MAX_PARSED = 1000  # Outcome.parsed is cut to this many characters
+ANSWER_MARKER = "####"  # GSM8K's final-answer line ("#### 18"); the flexible verdict reads it first
 WORKER_MEMORY_LIMIT = 4 << 30  # address-space cap (bytes) of each pool worker
 
 
@@ -182,6 +183,17 @@ def _same(a: list, b: list) -> bool:
         return False
 
 
+def marked_answer(text: str) -> str | None:
+    """What follows the last ``ANSWER_MARKER`` (stripped), or None when the text has none.
+
+    GSM8K writes its final answer after ``####``; the lenient extraction's last-number fallback
+    would otherwise take a number from the working before it (``= 20%``, ``$4.00 + $``) when the
+    marker line has no LaTeX or anchor phrase (test_flexible_verdict_reads_the_gsm8k_answer_marker).
+    """
+    _, marker, tail = text.rpartition(ANSWER_MARKER)
+    return tail.strip() if marker else None
+
+
 def _show(extracted: list) -> str | None:
     if not extracted:
         return None
@@ -203,7 +215,8 @@ def grade(text: str, answer: str, timeout: int, flexible: bool) -> tuple:
         ok = bool(strict) and _verify(gold, strict, timeout) and _base_ok(answer, strict)
         if not flexible:
             return (float(ok), ok, _show(strict), None, None)
-        flex = _parse(text, FLEXIBLE, timeout)
+        marked = marked_answer(text)  # a "#### 18" line is the answer; without one, the lenient search
+        flex = _parse(text if marked is None else marked, FLEXIBLE, timeout)
         ok_flex = (
             ok if _same(flex, strict) else (bool(flex) and _verify(gold, flex, timeout) and _base_ok(answer, flex))
         )

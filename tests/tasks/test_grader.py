@@ -1,3 +1,4 @@
+import json
 import os
 import pickle
 import signal
@@ -5,11 +6,13 @@ import threading
 import time
 
 import pytest
+from shared_data import DATA, needs_data
 
 from bench.errors import CreditBenchError
 from tasks.grading import math_pool
 from tasks.grading.math_grader import MathGrader, grade_one, shutdown_pools
 from tasks.grading.math_verdict import MAX_CHARS
+from tasks.math_benchmarks import gsm8k_answer
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,33 @@ def test_training_mode_skips_only_the_report_fields(grader):
     fast = grader(completions, ["100"] * 3, flexible=False)
     assert [o.reward for o in fast] == [o.reward for o in full] == [1.0, 0.0, 0.0]
     assert all(o.correct_flexible is None for o in fast) and full[1].correct_flexible is True
+
+
+# GSM8K test rows whose working ends on a number other than the answer (33.333...%, $4.00 + $2.00,
+# 3 * 5 points, 28 days / 7), which the lenient last-number fallback took over the "#### N" line
+GSM8K_WORKING_DECOYS = {226: "33.333", 258: "4", 876: "5", 1303: "28"}
+
+
+@needs_data
+def test_flexible_verdict_reads_the_gsm8k_answer_marker(grader):
+    """Each reference solution grades right (flexible) against its own ``####`` answer and wrong
+    against the decoy the fallback used to take from its working. The strict reward, which reads
+    only ``\\boxed{}``, grades them all wrong, with the marker or without."""
+    rows = (DATA / "gsm8k" / "test.jsonl").read_text().splitlines()
+    texts = [json.loads(rows[i])["answer"] for i in GSM8K_WORKING_DECOYS]
+    gold = [gsm8k_answer(t) for t in texts]
+    assert gold == ["33", "6", "41", "4"]
+    right = grader(texts, gold)
+    decoy = grader(texts, list(GSM8K_WORKING_DECOYS.values()))
+    assert [o.correct_flexible for o in right] == [True] * 4
+    assert [o.correct_flexible for o in decoy] == [False] * 4
+    assert not any(o.correct for o in right + decoy)
+
+
+def test_flexible_verdict_falls_back_only_without_a_marker(grader):
+    completions = ["So she pays 4 + 2 = 6 dollars.\n#### 6", "So she pays 4 + 2 = 6 dollars.\n#### six", "It is 6."]
+    out = grader(completions, ["6"] * 3)
+    assert [o.correct_flexible for o in out] == [True, False, True]
 
 
 # ------------------------------------------------------------- safety: guards, pool, threads
