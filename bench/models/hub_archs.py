@@ -47,6 +47,18 @@ _QWEN2 = dict(
 
 # name -> (config.json fields, published parameter count in billions)
 ARCHITECTURES: dict[str, tuple[dict[str, Any], float]] = {
+    "Qwen/Qwen3-0.6B": (
+        {
+            **_QWEN3,
+            "hidden_size": 1024,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "tie_word_embeddings": True,
+        },
+        0.6,
+    ),
     "Qwen/Qwen3-1.7B": (
         {
             **_QWEN3,
@@ -176,6 +188,7 @@ ARCHITECTURES: dict[str, tuple[dict[str, Any], float]] = {
 }
 # Post-trained and base checkpoints share their architecture.
 for _base, _variants in {
+    "Qwen/Qwen3-0.6B": ["Qwen/Qwen3-0.6B-Base"],
     "Qwen/Qwen3-1.7B": ["Qwen/Qwen3-1.7B-Base"],
     "Qwen/Qwen3-4B": ["Qwen/Qwen3-4B-Base"],
     "Qwen/Qwen3-8B": ["Qwen/Qwen3-8B-Base"],
