@@ -22,9 +22,9 @@ GRPO's group-normalised advantage (eq. 9) on every token, no KL term, and four c
 verl's recipe vs the paper: the recipe adds the punishment times ``overlong_buffer.penalty_factor``
 (1.0) in its reward manager, as here; it filters groups on the per-sample ``acc`` metric with up to
 ``max_num_gen_batches`` rollout batches (10 in the 80/20 script); it adds a dual clip (ratio capped
-at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe (``dual_clip``, off here; the
-methods built on DAPO whose official recipes use it turn it on); it
-has no overlong filtering (recipe/dapo/dapo_ray_trainer.py trains on truncated samples, which the
+at ``clip_ratio_c`` = 10 for A < 0) that the paper does not describe (``dual_clip``: 10, on here as in
+the official code, like every method here whose official code has one; None gives the paper's
+objective); it has no overlong filtering (recipe/dapo/dapo_ray_trainer.py trains on truncated samples, which the
 punishment gives -1): ``overlong_filter=False`` is the recipe's behaviour.
 
 Deviations and reconstructions:
@@ -84,9 +84,9 @@ class DAPOConfig(GroupStdConfig):
     """Train only on groups with mixed correctness and refill the batch (paper)."""
     max_gen_batches: int = 10
     """Most rollout batches per step while refilling (80/20 official script: 10)."""
-    dual_clip: float | None = None
+    dual_clip: float | None = 10.0
     """verl's dual clip c: in the loss a ratio counts at most c, capping an A < 0 token's loss at
-    -c A (verl's recipe: 10; not in the paper, so None: off)."""
+    -c A (the official recipe's clip_ratio_c: 10; not in the paper: None leaves it out)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

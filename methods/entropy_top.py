@@ -27,7 +27,7 @@ Deviations and reconstructions:
    exactly k; ``"quantile"`` uses TRL's (1 - rho)-quantile with linear interpolation instead.
 4. ``denominator="selected"`` aggregates over the kept tokens (``LossOutput.mask``), as the official
    code; ``"all"`` keeps every valid token in the denominator, as TRL multiplies the loss by the mask.
-5. The official script's dual clip (``clip_ratio_c`` = 10) is off by default (``dual_clip: 10.0``).
+The official script's dual clip (``clip_ratio_c`` = 10) is DAPO's default here (``dual_clip``).
 The kept share of tokens is the engine's ``credit/nonzero_frac`` (about rho on mixed groups).
 """
 

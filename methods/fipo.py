@@ -108,6 +108,14 @@ class FIPO(DAPO):
     twin_options = {"influence": False}  # f = 1: DAPO with FIPO's dual clip
     paper = "FIPO: Future-KL Influenced Policy Optimization (Ma et al., COLM 2026), arXiv 2603.19835"
 
+    def inert(self, rl) -> str | None:
+        if self.config.influence and rl.ppo_epochs * rl.minibatches == 1:
+            return (
+                "FIPO's influence f is exactly 1 in a single on-policy update (rl.ppo_epochs x rl.minibatches = 1),"
+                " so it trains as its twin: give it several minibatches or PPO epochs"
+            )
+        return None
+
     def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor) -> LossOutput:
         cfg = self.config
         log_ratio = logprobs.detach() - batch.old_logprobs  # [B, T]

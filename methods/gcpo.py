@@ -44,8 +44,9 @@ Deviations:
 4. ``entropy_penalty`` (default 0): the scripts add c * mean(-log pi(y_t)) to the loss, c = 0.02
    (Qwen2.5-VL-7B) and 0.16 (Qwen3-VL-8B). It is a recipe term outside the credit and gives
    equal-reward groups a gradient, so it is off by default.
-5. EasyR1's dual clip (ratio capped at 3 for A < 0) is off by default (``dual_clip: 3.0`` applies it), and dynamic
-   sampling stops after ``max_gen_batches`` rollout batches (official: no limit).
+5. Dynamic sampling stops after ``max_gen_batches`` rollout batches (official: no limit). EasyR1's
+   dual clip (``clip_ratio_dual`` = 3: the ratio counts at most 3 for A < 0) is on, as the official
+   code (``dual_clip``; None leaves it out).
 6. ``normalization="none"`` uses w_t = D_t itself, the text-to-image code's fallback; the
    configured default there ("softmax", temperature 0.1) is not implemented by either path.
 7. The paper trains vision-language models on math (Qwen2.5-VL-7B, Qwen3-VL-8B) and an
@@ -86,6 +87,8 @@ class GCPOConfig(DAPOConfig):
     """The task's 0/1 reward (official: accuracy), not DAPO's +-1."""
     overlong_filter: bool = False
     """Off: the official recipe keeps truncated samples."""
+    dual_clip: float | None = 3.0
+    """EasyR1's dual clip (ActorConfig.clip_ratio_dual: 3.0, never overridden in the scripts)."""
     soft_overlong: bool = False
     """Off: the official recipe has no overlong punishment."""
     adv_eps: float = 1e-6

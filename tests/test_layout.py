@@ -1,7 +1,7 @@
 """The layout is the architecture: a test of the import graph of bench/, tasks/ and methods/.
 
-Layers, lowest first: the plug-in API (the contract of a method and a task, the registry, errors,
-numerics and the collectives of distributed.py), the run configuration (bench.config, which plug-ins
+Layers, lowest first: the plug-in API (the contract of a method and a task, the registry, errors, typed
+options, numerics and the collectives of distributed.py), the run configuration (bench.config, which plug-ins
 never see), the models (bench.models: tiny policies, loading, the pretrained registry, the Hub
 architectures), then bench.engine, the MLflow store (bench.tracking), the base policies and their pins
 (bench.bases), one run (bench.run), sweeps of runs (bench.sweep: a sweep imports a run, never the
@@ -25,6 +25,7 @@ API = {
     "bench.core",
     "bench.registry",
     "bench.errors",
+    "bench.options",
     "bench.numerics",
     "bench.distributed",
     "bench.tasks_base",

@@ -377,7 +377,7 @@ def announcement(task_name: str, size: str, cfg: WarmStartConfig, out: Path) -> 
 def build_base(task_name: str, size: str, cache_dir: str, tracking_uri: str, fresh: bool = False) -> Path:
     """The base of (task with default options, size) under the default warm-start settings: the
     cached or pinned one, or (``fresh``) warm-started from scratch in ``cache_dir`` whatever is pinned."""
-    from bench.core import build_config
+    from bench.options import build_config
     from bench.registry import TASKS
 
     task_cls = TASKS.get(task_name)

@@ -61,8 +61,8 @@ def parser() -> ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from bench.core import build_config
     from bench.errors import CreditBenchError
+    from bench.options import build_config
     from bench.paired.plan import ProbeOptions, make_plan
     from bench.paired.probe import cost, run_probe, write
     from bench.report import per_update

@@ -25,7 +25,7 @@ def _fail(msg: str) -> int:
 def main(argv: list[str]) -> int:
     from bench.report.files import markdown, write_report
     from bench.sweep import tuning
-    from bench.sweep.sweep import load_spec
+    from bench.sweep.sweep import inert_lines, load_spec
 
     ap = ArgumentParser(
         prog="creditbench sweep",
@@ -79,6 +79,8 @@ def main(argv: list[str]) -> int:
     if a.jobs is not None and a.jobs < 1:
         return _fail(f"--jobs must be >= 1, got {a.jobs}")
     sweep = load_spec(a.spec, a.results_dir)
+    for line in inert_lines(sweep):
+        print(line, file=sys.stderr)
     if a.dry_run:
         _preflight(sweep, a.uri, here=a.plan)  # before the run list: a refused spec prints one line only
         plans: dict[str, str] = {}

@@ -80,8 +80,8 @@ def base_accuracy(task_name: str, problems: int, max_new_tokens: int, uri: str, 
         argv.append("--allow_code_execution")
     a = parser().parse_args(argv)
     settings(a)
-    from bench.core import build_config
     from bench.models.pretrained import resolve
+    from bench.options import build_config
     from bench.run.evaluate import _task_options
 
     a.model = str(resolve(a.model))

@@ -39,7 +39,7 @@ def _signed(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    base = report["baseline"]
+    base, inert = report["baseline"], report.get("inert") or {}
     budget = ", ".join(f"{n:,} {k}" for k, n in report["budget"].items()) or "as configured"
     out = [
         f"# Sweep `{report['sweep']}`",
@@ -75,17 +75,20 @@ def markdown(report: dict[str, Any]) -> str:
         ]
         for r in rows:
             m, v = r["metrics"], r["vs_baseline"]
+            label = r["method"] + (" (inert credit)" if r["method"] in inert else "")
             undefined = r.get("target_pass_at_1", 0) is None
             to_s = "–" if undefined else _fmt(m["samples_to_target"], 2, 1e3)
             to_t = "–" if undefined else _fmt(m["tokens_to_target"], 3, 1e6)
             out.append(
-                f"| {r['model']} | {r['method']} | {len(r['seeds'])} | {_fmt(m['pass_at_1'])} "
+                f"| {r['model']} | {label} | {len(r['seeds'])} | {_fmt(m['pass_at_1'])} "
                 f"| {_signed(v.get('pass_at_1'))} | {_fmt(m.get(f'pass_at_{k}'))} | {_fmt(m['auc_samples'])} "
                 f"| {_signed(v.get('auc_samples'))} | {_fmt(m['auc_tokens'])} "
                 f"| {to_s} | {to_t} "
                 f"| {_fmt(m['tokens_per_correct'], 1)} | {_fmt(m['mean_length'], 1)} |"
             )
         out.append("")
+    out += [f"Inert credit: `{label}`: {why}." for label, why in inert.items()]
+    out += [""] if inert else []
     out += tuning.markdown(report["tuning"]) if report.get("tuning") else []
     out += budget_markdown(report.get("budgets") or [])
     out += _analysis_markdown(report.get("analysis") or {}, base)
@@ -239,6 +242,12 @@ def _atomic(path: Path, text: str) -> Path:
     return path
 
 
+def _with_inert(report: dict[str, Any], sweep: Sweep) -> None:
+    """The labels whose credit is inert under their runs' settings (Sweep.inert), where there are any."""
+    if sweep.inert:
+        report["inert"] = dict(sweep.inert)
+
+
 def _with_probe(report: dict[str, Any], results_dir: str, sweep: str) -> None:
     """The sweep's credit probe (results/probes/<sweep>/report.json) beside its runs, where it has one."""
     probe = per_update.read(results_dir, sweep)
@@ -252,6 +261,7 @@ def write_report(sweep: Sweep, results_dir: str = "results", plots: bool = True)
     spec = sweep.spec
     report = build_report(runs, sweep.baseline, spec.target, sweep.budget, sweep.name, spec.target_of, spec.analysis)
     report["tuning"] = tuning.read(results_dir, sweep.name)
+    _with_inert(report, sweep)
     report["run_all"] = _run_all(Path(results_dir) / sweep.name)
     _with_probe(report, results_dir, sweep.name)
     write_files(report, Path(results_dir) / sweep.name, plots)
@@ -272,7 +282,8 @@ def summarize(results_dir: str, sweep: str, plots: bool = True, log=print) -> tu
         report = build_report(runs, sweep=sweep)
     else:
         spec = read_spec(out / "sweep.yaml")
-        keys = {r.key for r in load_spec(out / "sweep.yaml", results_dir).runs}
+        loaded = load_spec(out / "sweep.yaml", results_dir)
+        keys = {r.key for r in loaded.runs}
         left = [r.run_name for r in runs if r.run_name not in keys]
         runs = [r for r in runs if r.run_name in keys] or runs
         if left and len(runs) < len(left) + len(runs):
@@ -280,6 +291,7 @@ def summarize(results_dir: str, sweep: str, plots: bool = True, log=print) -> tu
         budget = spec.budget.as_dict()
         report = build_report(runs, spec.baseline, spec.target, budget, sweep, spec.target_of, spec.analysis)
         report["tuning"] = tuning.read(results_dir, sweep)
+        _with_inert(report, loaded)
         _with_probe(report, results_dir, sweep)
     report["run_all"] = _run_all(out)
     if report["baseline"] not in {r.label for r in runs}:

@@ -3,7 +3,7 @@ scratch into a scratch folder and a scratch MLflow store, and compare its report
 ``results/<sweep>/report.json``.
 
     python -m bench.report.reproduce results/sweeps/embedded-quick.yaml [--jobs 2] [--keep DIR]
-        [--mode auto|exact|statistical] [--alpha 0.05]
+        [--mode auto|exact|statistical] [--alpha 0.05] [--labels LABEL ...] [--tuning]
 
 Where the rerun's numerics stack (bench.bases.fingerprint: CPU code paths, BLAS, threads, library
 versions) is the committed report's, the check is exact: every value equal to the bit, all but the
@@ -12,6 +12,11 @@ wall times and the machine. Elsewhere (``--mode auto``, the default) it is stati
 CI runs it on the quick sweep, so a code change that moves the numbers fails until its results are
 rerun and recommitted (``./run_all.sh --quick``). Exit status 0 when the check passes, 1 with one
 line per failing value (the first 20) when it does not.
+
+``--labels`` reruns only those labels' committed runs (results/<sweep>/runs/<run>.json) and compares
+each run's result with its committed one, exactly (all but its wall time and MLflow id): after a change
+to a method's defaults, whether any committed number moves, at a fraction of the sweep's cost.
+``--tuning`` does so for the spec's tuning sweep (results/<sweep>-tune/runs).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from typing import Any
 
 from bench.errors import CreditBenchError
 
-TIMING_KEYS = frozenset({"wall_s", "compute_s", "fingerprint", "run_all"})  # run_all: run_all.sh's wall-time record
+# run_all: run_all.sh's wall-time record; mlflow_run_id: a run's id in the store it was logged to
+TIMING_KEYS = frozenset({"wall_s", "compute_s", "fingerprint", "run_all", "mlflow_run_id"})
 """Report keys that describe the machine that ran the sweep (its times, its fingerprint, compared on
 its own), not what the code computes."""
 MODES = ("auto", "exact", "statistical")
@@ -81,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=MODES, default="auto", help="exact where the numerics match (auto), or force one")
     ap.add_argument("--alpha", type=float, default=0.05, help="family-wise level of the statistical check")
     ap.add_argument("--fresh-report", default=None, help="check this report.json instead of rerunning the sweep")
+    ap.add_argument("--labels", nargs="+", default=None, help="rerun only these labels' committed runs, run by run")
+    ap.add_argument("--tuning", action="store_true", help="with --labels: the spec's tuning sweep's runs")
     a = ap.parse_args(argv)
+    if a.labels:
+        return rerun_labels(load_spec(a.spec, a.results_dir, tuning=a.tuning), a)
     sweep = load_spec(a.spec)
     committed_path = Path(a.results_dir) / sweep.name / "report.json"
     if not committed_path.is_file():
@@ -100,6 +110,42 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.perf_counter() - t0
         fresh = json.loads(json.dumps(fresh))  # as the committed file holds it (tuples as lists, keys as strings)
     return check(sweep.name, a.spec, committed, fresh, a.mode, a.alpha, wall)
+
+
+def rerun_labels(sweep, a) -> int:
+    """Rerun the committed runs of ``a.labels`` in a scratch folder and compare each run's result with its
+    committed one exactly; the exit status."""
+    import dataclasses
+
+    from bench.sweep.launch import run_sweep
+    from bench.sweep.sweep import result_path
+
+    unknown = sorted(set(a.labels) - set(sweep.labels))
+    if unknown:
+        raise CreditBenchError(f"labels {', '.join(unknown)} are not in sweep {sweep.name}: {', '.join(sweep.labels)}")
+    runs = [r for r in sweep.runs if r.label in a.labels and result_path(a.results_dir, sweep.name, r.key).is_file()]
+    if not runs:
+        raise CreditBenchError(f"no committed runs of {', '.join(a.labels)} under {a.results_dir}/{sweep.name}/runs")
+    subset = dataclasses.replace(sweep, runs=runs)
+    with tempfile.TemporaryDirectory(prefix="creditbench-reproduce-") as tmp:
+        out = Path(a.keep) if a.keep else Path(tmp)
+        t0 = time.perf_counter()
+        _rerun(out / sweep.name / "logs", lambda: run_sweep(
+            subset, lambda s, d: {}, a.jobs, str(out), f"sqlite:///{out}/mlflow.db"
+        ))  # fmt: skip
+        diffs = []
+        for r in runs:
+            committed = json.loads(result_path(a.results_dir, sweep.name, r.key).read_text())
+            fresh = json.loads(result_path(out, sweep.name, r.key).read_text())
+            diffs += [f"{r.key}: {d}" for d in differences(committed, fresh)]
+    wall = time.perf_counter() - t0
+    if diffs:
+        print(f"{len(diffs)} difference(s) in {len(runs)} runs of {', '.join(a.labels)} (sweep {sweep.name}):")
+        for line in diffs[:20]:
+            print(f"  {line}")
+        return 1
+    print(f"{len(runs)} runs of {', '.join(a.labels)} (sweep {sweep.name}) reproduced exactly in {wall:.0f} s")
+    return 0
 
 
 def _rerun(logs: Path, run) -> dict:

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.core import build_config, check
+from bench.core import check
 from bench.errors import CreditBenchError
+from bench.options import build_config
 from bench.run.args import first_line
 from bench.tracking.tracking import default_uri
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig
-from bench.core import Method, Task, build_config, check
+from bench.core import Method, Task, check
 from bench.engine.placebo import with_placebo
 from bench.errors import CreditBenchError
+from bench.options import build_config
 from bench.registry import METHODS, TASKS
 from bench.run.strategy import check_scale
 

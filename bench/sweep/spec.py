@@ -223,7 +223,7 @@ class SweepSpec:
         ``analysis.credit_controls`` filled in for them."""
         if not self.credit_controls and all(m.credit_controls is None for m in entries):
             return entries
-        from bench.core import build_config
+        from bench.options import build_config
         from bench.registry import METHODS
 
         out = []

@@ -52,6 +52,9 @@ class Sweep:
     spec: SweepSpec
     path: Path
     runs: list[SweepRun]
+    inert: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Label -> why its method's credit cannot differ from its twin's under its runs' settings
+    (Method.inert): the sweep warns at expansion and the report marks the label."""
 
     @property
     def name(self) -> str:
@@ -97,7 +100,7 @@ def _load(spec: SweepSpec, path: Path, tuned: dict[str, Any] | None = None) -> S
     methods = spec.method_entries() if tuned is None else apply(spec, tuned, spec.method_entries())
     base = _base_config(spec.base, path)
     tasks = spec.tasks or [TaskSpec(base.get("task", {}).get("name", "arithmetic"))]
-    runs = []
+    runs, inert = [], {}
     for task in tasks:
         for m in methods:
             for model in spec.models:
@@ -111,16 +114,23 @@ def _load(spec: SweepSpec, path: Path, tuned: dict[str, Any] | None = None) -> S
                     else:
                         cfg = run_config(d, f"{where}: run {key}")
                         try:
-                            resolve(cfg)
+                            why = resolve(cfg).method.inert(cfg.rl)
                         except CreditBenchError as e:
                             raise CreditBenchError(f"{where}: run {key}: {e}") from None
+                        if why:
+                            inert.setdefault(m.label, why)
                         first = (d, cfg)
                     runs.append(SweepRun(key, m.label, cfg, _hash(cfg)))
     keys = [r.key for r in runs]
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:
         raise CreditBenchError(f"{where}: runs {', '.join(dup)} appear twice; give the methods distinct labels")
-    return Sweep(spec, path, runs)
+    return Sweep(spec, path, runs, inert)
+
+
+def inert_lines(sweep: Sweep) -> list[str]:
+    """One warning line per label whose credit is inert under its settings (Sweep.inert)."""
+    return [f"warning: {sweep.name}: label {label!r} has inert credit: {why}" for label, why in sweep.inert.items()]
 
 
 def _run_dict(

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from bench.config import RLConfig, SamplingConfig
-from bench.core import build_config
 from bench.engine.rollout import HFRolloutEngine
 from bench.engine.sampling import RolloutSampler, train_rollouts
 from bench.engine.scoring import score_batch
 from bench.models.policy import build_tiny
 from bench.numerics import aggregate
+from bench.options import build_config
 from bench.registry import METHODS, TASKS
 
 

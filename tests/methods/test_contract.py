@@ -8,9 +8,10 @@ import typing
 import pytest
 import torch
 
-from bench.core import Method, RolloutBatch, build_config
+from bench.core import Method, RolloutBatch
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate
+from bench.options import build_config
 from bench.registry import METHODS
 
 

@@ -184,14 +184,19 @@ def test_paper_defaults_and_validation():
         DAPOConfig(overlong_denominator="some")
 
 
-def test_dual_clip_is_an_option_off_by_default():
-    """A = -1, ratio 6 (log-ratio ln 6): unclipped loss -min(6 * -1, clip(6) * -1) = 6; with
-    dual_clip 5 the ratio counts at most 5: loss 5 and no gradient through the token."""
+def test_dual_clip_is_the_official_recipe_s_and_an_option():
+    """A = -1, ratio 6 (log-ratio ln 6): without the dual clip (the paper) the loss is
+    -min(6 * -1, clip(6) * -1) = 6; with dual_clip 5 the ratio counts at most 5: loss 5 and no
+    gradient through the token. By default the official recipe's clip_ratio_c, 10."""
     b = _batch_for_dual_clip()
     lp = (b.old_logprobs + math.log(6.0)).requires_grad_()
     credit = -torch.ones_like(lp)
-    assert DAPOConfig().dual_clip is None
+    assert DAPOConfig().dual_clip == 10.0
     assert float(DAPO(DAPOConfig(overlong_filter=False)).loss(b, lp, credit).loss[0, 0]) == pytest.approx(6.0)
+    paper = DAPO(DAPOConfig(overlong_filter=False, dual_clip=None))
+    lp12 = (b.old_logprobs + math.log(12.0)).requires_grad_()
+    assert float(paper.loss(b, lp12, credit).loss[0, 0]) == pytest.approx(12.0)
+    assert float(DAPO(DAPOConfig(overlong_filter=False)).loss(b, lp12, credit).loss[0, 0]) == pytest.approx(10.0)
     out = DAPO(DAPOConfig(overlong_filter=False, dual_clip=5.0)).loss(b, lp, credit).loss
     assert float(out[0, 0]) == pytest.approx(5.0)
     out[0, 0].backward()

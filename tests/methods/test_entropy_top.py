@@ -180,6 +180,7 @@ def test_defaults_are_the_official_code_s_and_validation():
     cfg = EntropyTopConfig()
     assert (cfg.rho, cfg.population, cfg.selection, cfg.denominator) == (0.2, "minibatch", "top_k", "selected")
     assert (cfg.aggregation, cfg.clip_low, cfg.clip_high, cfg.kl_coef) == ("token-mean", 0.2, 0.28, 0.0)
+    assert cfg.dual_clip == 10.0  # the official script's clip_ratio_c
     m = EntropyTop(cfg)
     assert m.required == frozenset({"entropy"}) and m.generation_rounds == 10
     with pytest.raises(CreditBenchError, match="batch, minibatch, sequence"):

@@ -173,3 +173,14 @@ def test_defaults_are_ms_swift():
 def test_bad_config(bad, message):
     with pytest.raises(CreditBenchError, match=message):
         FIPOConfig(**bad)
+
+
+def test_inert_in_a_single_on_policy_update():
+    """f = 1 whenever every update is the first on its rollouts (one PPO epoch, one minibatch): FIPO says
+    so (Method.inert), and not once a second minibatch or epoch moves the ratios, nor as its own twin."""
+    from bench.config import RLConfig
+
+    assert "rl.ppo_epochs x rl.minibatches = 1" in FIPO().inert(RLConfig())
+    assert FIPO().inert(RLConfig(minibatches=2)) is None and FIPO().inert(RLConfig(ppo_epochs=3)) is None
+    assert FIPO(FIPOConfig(influence=False)).inert(RLConfig()) is None  # the twin is DAPO, not inert credit
+    assert DAPO().inert(RLConfig()) is None

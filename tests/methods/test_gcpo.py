@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
-from bench.core import RolloutBatch, build_config
+from bench.core import RolloutBatch
 from bench.errors import CreditBenchError
+from bench.options import build_config
 from methods.dapo import DAPO, DAPOConfig
 from methods.gcpo import GCPO, GCPOConfig, guidance_divergence, negative_prompt, rank_weights
 
@@ -231,6 +232,7 @@ def test_official_defaults_and_validation():
     )
     assert (cfg.adv_eps, cfg.normalization, cfg.top_fraction, cfg.target_mass) == (1e-6, "hist", 0.4, 0.8)
     assert cfg.negative_suffix == NOTE and cfg.entropy_penalty == 0.0
+    assert cfg.dual_clip == 3.0  # EasyR1's clip_ratio_dual
     assert build_config(GCPOConfig, {"insert_before": ["<end>"]}, "method").insert_before == ("<end>",)
     for bad in (
         {"normalization": "softmax"},

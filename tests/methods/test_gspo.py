@@ -124,8 +124,8 @@ def test_log_ratio_clamp_hand_worked():
 def test_config_shares_grpo_advantage_fields():
     """GSPO's config derives from GroupAdvantageConfig (what GRPO.credit reads), not GRPOConfig:
     it has no clip_eps, and its advantage fields are checked as GRPO's are."""
-    from bench.core import build_config
     from bench.errors import CreditBenchError
+    from bench.options import build_config
     from methods.grpo import GroupAdvantageConfig
 
     assert issubclass(GSPOConfig, GroupAdvantageConfig)

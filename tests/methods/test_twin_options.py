@@ -14,9 +14,10 @@ import torch
 from test_contract import loss_grad, random_batch
 from test_twins import BASELINES
 
-from bench.core import RolloutBatch, build_config
+from bench.core import RolloutBatch
 from bench.errors import CreditBenchError
 from bench.numerics import aggregate
+from bench.options import build_config
 from bench.registry import METHODS
 from methods.dapo import DAPOConfig
 from methods.grpo import GroupAdvantageConfig, GRPOConfig

@@ -6,10 +6,10 @@ import pytest
 import torch
 from test_contract import loss_grad, random_batch
 
-from bench.core import build_config
 from bench.engine.blame import alignment
 from bench.engine.placebo import PERMUTATION, Placebo, permutation
 from bench.numerics import aggregate
+from bench.options import build_config
 from bench.registry import METHODS
 
 BASELINES = {"grpo", "dr_grpo", "dapo", "gspo", "gspo_token"}

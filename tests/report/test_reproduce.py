@@ -48,3 +48,46 @@ def test_a_run_that_failed_is_redone_once_and_a_second_failure_stands(tmp_path, 
         _rerun(tmp_path, broken)
     with pytest.raises(CreditBenchError, match="no committed report"):
         _rerun(tmp_path, lambda: (_ for _ in ()).throw(CreditBenchError("no committed report")))
+
+
+def test_labels_rerun_only_their_committed_runs_and_name_a_moved_number(tmp_path, monkeypatch, capsys):
+    """--labels reruns the committed runs of those labels alone (here the rerun hands back the committed
+    results, one of them moved) and compares each run's result with its committed one exactly."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from bench.errors import CreditBenchError
+    from bench.report import reproduce
+    from bench.sweep import launch
+
+    repo = Path(__file__).resolve().parents[2]
+    committed = repo / "results" / "embedded-quick" / "runs"
+    ran = []
+
+    def rerun(sweep, report, jobs, results_dir, uri):
+        for r in sweep.runs:
+            ran.append(r.label)
+            dst = Path(results_dir) / sweep.name / "runs" / f"{r.key}.json"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            data = json.loads((committed / f"{r.key}.json").read_text())
+            data["wall_s"], data["mlflow_run_id"] = 1.0, "fresh"  # a rerun's own timing and id
+            if moved and r.key.endswith("seed1"):
+                data["final"]["arithmetic" if "arithmetic" in data["final"] else next(iter(data["final"]))] = "moved"
+            dst.write_text(json.dumps(data))
+        return {}
+
+    monkeypatch.setattr(launch, "run_sweep", rerun)
+    spec = str(repo / "results" / "sweeps" / "embedded-quick.yaml")
+    args = ["--results-dir", str(repo / "results"), "--keep", str(tmp_path / "a")]
+    moved = False
+    assert reproduce.main([spec, "--labels", "s_trace", *args]) == 0
+    assert set(ran) == {"s_trace"} and len(ran) == 3
+    assert "3 runs of s_trace (sweep embedded-quick) reproduced exactly" in capsys.readouterr().out
+    moved = True
+    shutil.rmtree(tmp_path / "a")
+    assert reproduce.main([spec, "--labels", "s_trace", *args]) == 1
+    out = capsys.readouterr().out
+    assert "1 difference(s) in 3 runs" in out and "s_trace-chain-tiny-500k-seed1: final." in out
+    with pytest.raises(CreditBenchError, match="not in sweep embedded-quick: grpo, s_trace"):
+        reproduce.main([spec, "--labels", "dapo", *args])

@@ -123,6 +123,27 @@ def test_spec_expands_methods_models_seeds(tmp_path):
     assert grpo.key == "grpo-arithmetic-tiny-500k-seed3"
 
 
+def test_inert_credit_is_flagged_at_expansion_and_in_the_report(tmp_path):
+    """A label whose credit cannot differ from its twin's under its settings (FIPO in one on-policy
+    update) is named at expansion, by `creditbench sweep` in one line, and in the report's table."""
+    from bench.report.files import markdown
+
+    fipo_many = {"name": "fipo", "label": "fipo-epochs", "overrides": {"rl.ppo_epochs": 2}}
+    path = write_spec(tmp_path, methods=["grpo", "fipo", fipo_many], seeds=[0])
+    sweep = load_spec(path)
+    assert list(sweep.inert) == ["fipo"] and "single on-policy update" in sweep.inert["fipo"]
+    cmd = [sys.executable, "-m", "bench.cli", "sweep", str(path), "--dry_run", "--results-dir", str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr
+    warned = [line for line in p.stderr.splitlines() if "inert credit" in line]
+    assert len(warned) == 1 and "'fipo'" in warned[0] and "rl.ppo_epochs" in warned[0]
+    report = json.loads((REPO / "results" / "methods" / "report.json").read_text())
+    report["inert"] = {"fipo": sweep.inert["fipo"]}
+    text = markdown(report)
+    assert "| fipo (inert credit) |" in text and "Inert credit: `fipo`: FIPO's influence" in text
+    assert "| dapo (inert credit) |" not in text
+
+
 # ------------------------------------------------------------------ interrupt and resume
 def _sweep_runs(uri: str, sweep: str):
     import mlflow
