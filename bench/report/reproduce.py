@@ -129,6 +129,7 @@ def rerun_labels(sweep, a) -> int:
     subset = dataclasses.replace(sweep, runs=runs)
     with tempfile.TemporaryDirectory(prefix="creditbench-reproduce-") as tmp:
         out = Path(a.keep) if a.keep else Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         _rerun(out / sweep.name / "logs", lambda: run_sweep(
             subset, lambda s, d: {}, a.jobs, str(out), f"sqlite:///{out}/mlflow.db"

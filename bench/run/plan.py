@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.config import RunConfig
+from bench.engine.lm_head import chunk_tokens
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 PROMPT_TOKENS = 512  # the prompt length the plan assumes (a chat-templated MATH or code prompt: 100-400)
@@ -66,25 +67,34 @@ class Plan:
         )
 
 
-def activation_gb(config, tokens: int, completion_tokens: int, dtype_bytes: int, checkpointing: bool) -> float:
+def activation_gb(
+    config, tokens: int, completion_tokens: int, dtype_bytes: int, checkpointing: bool, chunk_elements: int = 0
+) -> float:
     """GB of activations a forward of ``tokens`` tokens (``completion_tokens`` of them completions)
     keeps for its backward, for a decoder of ``config``'s shape (hidden H, MLP width I, L layers,
     key/value width K, vocabulary V).
 
     Per token and layer, 8H + 2K + 4I values: the two norms' inputs and outputs, the query, key and
     value projections, the attention output and o_proj's output, the MLP's gate, up, activation and
-    product (attention itself is a fused kernel: nothing per pair of tokens). With activation
+    product (attention itself is a fused kernel: nothing per pair of tokens); Qwen3's query and key
+    norms keep 2Q + 2K more (Q: the query width); and 2H for the final norm. With activation
     checkpointing, L x H (each layer's input) plus one layer's worth, recomputed in the backward.
     The logits are taken only at completion positions: their float32 copy that the log-softmax's
     backward keeps, its gradient, and in bfloat16 the gradient cast back (V x 10 bytes; 8 in
-    float32), which dominates for long completions and a 150k vocabulary."""
+    float32), which dominates for long completions and a 150k vocabulary. Where they exceed
+    ``chunk_elements`` (> 0: ``rl.lm_head_chunk_elements``), the head runs in chunks
+    (bench.engine.lm_head) and keeps no logits: one chunk's float32 logits, their softmax and their
+    gradient exist at a time (12 bytes an element), beside the completion positions' hidden states."""
     H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     K = heads * (getattr(config, "head_dim", None) or H // config.num_attention_heads)
-    per_layer = 8 * H + 2 * K + 4 * I
-    values = L * H + per_layer if checkpointing else L * per_layer
+    Q = config.num_attention_heads * (getattr(config, "head_dim", None) or H // config.num_attention_heads)
+    per_layer = 8 * H + 2 * K + 4 * I + (2 * Q + 2 * K if config.model_type.startswith("qwen3") else 0)
+    values = (L * H + per_layer if checkpointing else L * per_layer) + 2 * H
     logits = 8 + (dtype_bytes if dtype_bytes != 4 else 0)  # float32 copy kept, its gradient, the cast's
-    return (tokens * values * dtype_bytes + completion_tokens * V * logits) / 1e9
+    chunk = chunk_tokens(completion_tokens, V, chunk_elements)
+    head = chunk * V * 12 + completion_tokens * H * dtype_bytes if chunk else completion_tokens * V * logits
+    return (tokens * values * dtype_bytes + head) / 1e9
 
 
 def meta_policy(cfg: RunConfig):
@@ -142,7 +152,12 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     compute = 2 if cfg.precision != "32-true" else w  # bf16 autocast computes in bfloat16
     config = getattr(policy, "config", None) or policy.get_base_model().config
     act = activation_gb(
-        config, rows * length, rows * rl.sampling.max_new_tokens, compute, cfg.model.gradient_checkpointing
+        config,
+        rows * length,
+        rows * rl.sampling.max_new_tokens,
+        compute,
+        cfg.model.gradient_checkpointing,
+        rl.lm_head_chunk_elements,
     )
     # FSDP gathers the whole policy once per RL step (rollout, scoring and update run on it), in the
     # compute dtype, beside the shards (bench.engine.sharding.ShardPlan)
