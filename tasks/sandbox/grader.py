@@ -19,7 +19,10 @@ and for a program's subclass of a carried class (or a namedtuple) a class made h
 and base in a job (at most :data:`MAX_CLASSES`), with the program's name and none of its methods.
 A call's reply may say that the program changed a list, dict, set, bytearray or deque argument, or
 that its result is one of the arguments: the tests' own argument objects are then changed in place
-(:func:`_write`) or returned, as in one process.
+(:func:`_write`) or returned, as in one process. An exception the program raised arrives by the
+names of its class and of the builtin exception classes it derives from (:func:`_exception`): a
+builtin's own exception is this process's builtin, the program's class (or a library's) a class
+made here on those builtins, so ``except ValueError`` catches it exactly when one process would.
 
 Verdict line on fd 4: ``passed``, or ``failed TEXT``, ``exited TEXT`` (the program ended itself
 before the tests finished), ``ended TEXT`` (its process died: the parent says why) or ``error
@@ -42,7 +45,7 @@ TEST_FILE = "<test>"
 NEVER_IMPORTED = frozenset(
     {"antigravity", "this", "idlelib", "turtle", "turtledemo", "tkinter", "__hello__", "__phello__", "test", "lib2to3"}
 )
-MAX_CLASSES = 64  # classes build() makes in one job
+MAX_CLASSES = 64  # classes build() and _exception() make in one job
 BASES = {("builtins", n) for n in ("int", "float", "complex", "str", "bytes", "bytearray", "tuple", "list")}
 BASES |= {("builtins", n) for n in ("set", "frozenset", "dict")} | {("array", "array"), ("fractions", "Fraction")}
 BASES |= {("collections", n) for n in ("deque", "Counter", "OrderedDict", "defaultdict", "ChainMap", "UserList")}
@@ -65,7 +68,8 @@ class NotData(BaseException):
 
 
 class ProgramError(Exception):
-    """The program raised an exception that is not a builtin one (its type name is kept)."""
+    """The program raised an exception this process does not re-create (its type name is kept): one
+    that is not an Exception, a StopIteration, or one its builtin class cannot make from a message."""
 
 
 def _names(code) -> set:
@@ -78,23 +82,35 @@ def _names(code) -> set:
     return names
 
 
-def _exception(type_name, message):
-    """A builtin exception of that name (so tests that expect, say, ValueError see one), else a
-    ProgramError; the program's own exception objects never cross."""
-    cls = getattr(builtins, type_name, None) if type(type_name) is str else None
+def _exception(type_name, message, bases):
+    """The exception a ``raise`` reply stands for (``sandbox_program._raised``): with ``bases`` None
+    the builtin exception ``type_name`` (a test that expects ValueError sees one), else a class made
+    here by :func:`_made`, named ``type_name``, on the builtin exception classes ``bases`` names, so
+    ``class ValueError(Exception)`` in the program is no ValueError here, while
+    ``class MyErr(ValueError)`` is one. The program's own exception objects never cross."""
     text = message if type(message) is str else ""
-    # StopIteration would end a C iterator in the tests (map, filter, zip) as if it were done: as in
-    # PEP 479 it becomes an error here, like any other non-builtin exception.
-    if (
-        isinstance(cls, type)
-        and issubclass(cls, Exception)
-        and not issubclass(cls, (StopIteration, StopAsyncIteration))
-    ):
-        try:
-            return cls(text)
-        except Exception:
-            pass
-    return ProgramError(f"{type_name}: {text}" if type(type_name) is str else text)
+    names = [type_name] if bases is None else bases
+    classes = tuple(map(_builtin_exception, names)) if type(names) is list else ()
+    if type(type_name) is not str or not classes or None in classes:
+        return ProgramError(f"{type_name}: {text}" if type(type_name) is str else text)
+    try:
+        cls = classes[0] if bases is None else _made(type_name, type_name, classes, None)
+    except (wire.WireError, TypeError) as exc:  # a malformed name, bases no class can have, too many
+        raise NotData(f"the program's exception cannot be made here: {exc}") from None
+    try:
+        return cls(text)
+    except Exception:  # noqa: BLE001 - one that needs more than a message (UnicodeDecodeError)
+        return ProgramError(f"{type_name}: {text}")
+
+
+def _builtin_exception(name):
+    """The builtin exception class ``name``, if the tests may see it raised by a call; else None.
+    StopIteration would end a C iterator in the tests (map, filter, zip) as if it were done: as in
+    PEP 479 it becomes an error here, as do exceptions that are not Exceptions (KeyboardInterrupt)."""
+    cls = getattr(builtins, name, None) if type(name) is str else None
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        return None if issubclass(cls, (StopIteration, StopAsyncIteration)) else cls
+    return None
 
 
 def _proxy(fd: int, name: str):
@@ -112,8 +128,8 @@ def _proxy(fd: int, name: str):
                     raise NotData(f"malformed reply to a call of {name}()")
                 _write(_argument(change[0], args, kwargs), change[1])
             return reply[1] if reply[2] is None else _argument(reply[2], args, kwargs)
-        if type(reply) is list and len(reply) == 3 and reply[0] == "raise":
-            raise _exception(reply[1], reply[2])
+        if type(reply) is list and len(reply) == 4 and reply[0] == "raise":
+            raise _exception(reply[1], reply[2], reply[3])
         if type(reply) is list and len(reply) == 2 and reply[0] == "exit":
             raise ProgramExited(f"the program exited in {name}(): {reply[1]}")
         raise NotData(f"malformed reply to a call of {name}()")
@@ -192,7 +208,7 @@ def _build(kind: str, parts: list):  # noqa: C901, PLR0911, PLR0912 - one branch
         view = memoryview(parts[1])
         return view if parts[0] == "B" and shape == (len(view),) else view.cast(parts[0], list(shape))
     if kind == "namedtuple" and len(parts) == 4 and type(parts[2]) is tuple and type(parts[3]) is tuple:
-        return _made(parts[0], parts[1], tuple, parts[2])._make(parts[3])
+        return _made(parts[0], parts[1], (tuple,), parts[2])._make(parts[3])
     if kind == "sub" and len(parts) == 3:
         value = parts[2]
         base = type(value)
@@ -200,7 +216,7 @@ def _build(kind: str, parts: list):  # noqa: C901, PLR0911, PLR0912 - one branch
             sys.modules.get(base.__module__), base.__qualname__, None
         ) is not base:
             raise wire.WireError("a subclass of a class the wire does not carry")
-        cls = _made(parts[0], parts[1], base, None)
+        cls = _made(parts[0], parts[1], (base,), None)
         if base is collections.defaultdict:
             return cls(value.default_factory, value)
         if base is collections.ChainMap:
@@ -209,28 +225,28 @@ def _build(kind: str, parts: list):  # noqa: C901, PLR0911, PLR0912 - one branch
     raise wire.WireError(f"malformed {kind[:40]} value")
 
 
-def _made(name, qualname, base: type, fields):
-    """The class standing for a program's subclass of ``base`` (or namedtuple with ``fields``):
+def _made(name, qualname, bases: tuple, fields):
+    """The class standing for a program's subclass of ``bases`` (or namedtuple with ``fields``):
     its name and nothing of the program's, made once per job."""
     parts = qualname.split(".") if type(qualname) is str and len(qualname) <= 200 else [""]
     if type(name) is not str or not name.isidentifier() or not all(p.isidentifier() or p == "<locals>" for p in parts):
         raise wire.WireError("malformed class name")
     if fields is not None and (len(fields) > 255 or any(type(f) is not str for f in fields)):
         raise wire.WireError("malformed namedtuple fields")
-    key = (name, qualname, base, fields)
+    key = (name, qualname, bases, fields)
     cls = MADE.get(key)
     if cls is None:
         if len(MADE) >= MAX_CLASSES:
             raise wire.WireError(f"more than {MAX_CLASSES} classes in one job")
         if fields is None:
-            cls = type(name, (base,), {"__module__": "__program__", "__qualname__": qualname})
+            cls = type(name, bases, {"__module__": "__program__", "__qualname__": qualname})
         else:
             import collections  # noqa: PLC0415
 
             cls = collections.namedtuple(name, fields, module="__program__")  # a ValueError for bad fields
             cls.__qualname__ = qualname
         MADE[key] = cls
-        if base in HASHABLE_BASES:
+        if bases[0] in HASHABLE_BASES:
             wire.HASHABLE.add(cls)
     return cls
 

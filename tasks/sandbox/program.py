@@ -6,17 +6,17 @@ channel to the grader becomes fd 3. Everything in this process is
 the program's to change once it runs, this file included: nothing here is trusted, which is why
 the grader (another process, in another sandbox) decides the verdict from the plain data it gets.
 
-Protocol (frames of :mod:`sandbox_wire`), the grader speaking first:
-``["names", [name, ...]]`` -> ``["ready", [[name, kind, payload], ...]]`` (kind ``call``,
-``module`` with the module's name, or ``data`` with the value), or ``["load_error", kind, text]``
-when the program itself failed (kind ``exit`` for SystemExit, else ``error``); then any number
-of ``["call", name, args, kwargs]`` -> ``["ok", value, same, changed]``, ``["raise", type_name,
-message]`` or ``["exit", text]`` (the function raised SystemExit). In an ``ok`` reply, ``same`` is
-None or the argument (its index, or its keyword) that the function returned, then sent as None,
-and ``changed`` the ``[index or keyword, value]`` of each list, dict, set, bytearray or deque
-argument whose value the call changed; the grader changes its own argument objects to match, in
-place, and returns its own argument for ``same``, so that ``f(a) is a``, ``f(a) is not a`` and a
-test of what ``f`` did to ``a`` answer as in one process.
+Protocol (frames of :mod:`sandbox_wire`), the grader speaking first: ``["names", [name, ...]]`` ->
+``["ready", [[name, kind, payload], ...]]`` (kind ``call``, ``module`` with the module's name, or
+``data`` with the value), or ``["load_error", kind, text]`` when the program itself failed (kind
+``exit`` for SystemExit, else ``error``); then any number of ``["call", name, args, kwargs]`` ->
+``["ok", value, same, changed]``, ``["raise", type_name, message, bases]`` (:func:`_raised`) or
+``["exit", text]`` (the function raised SystemExit). In an ``ok`` reply, ``same`` is None or the
+argument (its index, or its keyword) that the function returned, then sent as None, and ``changed``
+the ``[index or keyword, value]`` of each list, dict, set, bytearray or deque argument whose value
+the call changed; the grader changes its own argument objects to match, in place, and returns its
+own argument for ``same``, so that ``f(a) is a``, ``f(a) is not a`` and a test of what ``f`` did to
+``a`` answer as in one process.
 
 Values of richer types than plain data cross as typed values (:func:`describe`): the standard
 library's mappings, sequences and views by their contents, a subclass of a carried class by its
@@ -44,6 +44,8 @@ COPY |= {"tuple": lambda v: tuple(tuple.__iter__(v)), "list": lambda v: list(lis
 COPY |= {"set": lambda v: set(set.__iter__(v)), "frozenset": lambda v: frozenset(frozenset.__iter__(v))}
 COPY |= {"dict": lambda v: dict(dict.items(v))}
 WATCHED = (list, dict, set, bytearray)  # and deque: arguments whose changes go back to the grader
+# the builtin exception classes, taken before the program runs (it may rebind builtins' names)
+EXCEPTIONS = frozenset(c for c in vars(builtins).values() if isinstance(c, type) and issubclass(c, BaseException))
 
 
 def _kind(cls) -> str | None:
@@ -137,7 +139,7 @@ def _reply(fd: int, message: list) -> None:
     try:
         wire.send(fd, message)
     except BaseException as exc:  # noqa: BLE001 - an unsendable value is the program's failure
-        wire.send(fd, ["raise", "ValueError", f"the program's result cannot be sent: {child.describe(exc)}"])
+        wire.send(fd, ["raise", "ValueError", f"the program's result cannot be sent: {child.describe(exc)}", None])
 
 
 def main() -> None:
@@ -182,10 +184,27 @@ def _call(function, args: list, kwargs: dict) -> list:
     except SystemExit as exc:
         return ["exit", child.describe(exc)]
     except BaseException as exc:  # noqa: BLE001 - exceptions go back to the tests
-        return ["raise", type(exc).__name__, _message(exc)]
+        return _raised(exc)
     same = next((key for key, value in arguments if value is result), None)
     try:
         changed = [[key, value] for key, value, before in watched if wire.encode(value) != before]
     except BaseException as exc:  # noqa: BLE001 - the program's failure
-        return ["raise", "ValueError", f"an argument the program changed cannot be sent: {child.describe(exc)}"]
+        text = f"an argument the program changed cannot be sent: {child.describe(exc)}"
+        return ["raise", "ValueError", text, None]
     return ["ok", None if same is not None else result, same, changed]
+
+
+def _raised(exc: BaseException) -> list:
+    """The reply to a call that raised ``exc``: its class's name, its message, and ``bases``: None
+    when the class is a builtin exception class itself, else the names of the builtin exception
+    classes it derives from (those of its MRO that no other of them derives from). The grader
+    re-creates the builtin by name, or makes a class of that name on those bases, so its ``except``
+    clauses answer as in one process: ``except ValueError`` catches ``class MyErr(ValueError)`` and
+    ``json.JSONDecodeError``, never the program's own ``class ValueError(Exception)``."""
+    cls = type(exc)
+    name = type.__getattribute__(cls, "__name__")
+    if cls in EXCEPTIONS:
+        return ["raise", name, _message(exc), None]
+    found = [c for c in type.__getattribute__(cls, "__mro__") if c in EXCEPTIONS]
+    bases = [c.__name__ for c in found if not any(o is not c and issubclass(o, c) for o in found)]
+    return ["raise", name, _message(exc), bases]

@@ -217,7 +217,41 @@ def test_the_grader_imports_no_module_the_test_does_not_name(sb, name):
     assert run_program(sb, "import math\ndef f():\n    return 1", "assert math.isclose(f(), 1)").passed
 
 
+RAISES = "def f(x):\n    raise {}('neg')"
+
+
+def catches(name: str, check: str = "str(e) == 'neg'") -> str:
+    """Test code: ``f(-1)`` raises an exception that ``except name`` catches, and ``check`` holds for it."""
+    return f"try:\n    f(-1)\nexcept {name} as e:\n    assert {check}\nelse:\n    raise AssertionError"
+
+
 OBSERVED = {  # id: (program, test, passes as in one process)
+    "builtin-exception": (RAISES.format("ValueError"), catches("ValueError"), 1),
+    "own-exception-with-a-builtin-name": (
+        "class ValueError(Exception):\n    pass\n" + RAISES.format("ValueError"),
+        catches("ValueError"),
+        0,
+    ),
+    "own-exception-is-an-Exception": (
+        "class ValueError(Exception):\n    pass\n" + RAISES.format("ValueError"),
+        catches("Exception", "type(e).__name__ == 'ValueError' and not isinstance(e, ValueError)"),
+        1,
+    ),
+    "subclass-of-a-builtin-exception": (
+        "class MyErr(ValueError):\n    pass\n" + RAISES.format("MyErr"),
+        catches("ValueError", "type(e).__name__ == 'MyErr' and type(e) is not ValueError and str(e) == 'neg'"),
+        1,
+    ),
+    "two-builtin-exception-bases": (
+        "class E(KeyError, TypeError):\n    pass\n" + RAISES.format("E"),
+        catches("TypeError", "isinstance(e, LookupError)"),
+        1,
+    ),
+    "library-exception": (
+        "import json\ndef f(x):\n    return json.loads('{')",
+        catches("ValueError", "type(e).__name__ == 'JSONDecodeError'"),
+        1,
+    ),
     "liar-subclass": (
         "class L(list):\n    __eq__ = lambda *a: True\ndef f():\n    return L([0])",
         "assert f() == [1]",
@@ -303,6 +337,24 @@ def test_the_tests_observe_what_one_process_would(sb, case):
     res = run_program(sb, program, test)
     assert res.passed is bool(passes), res
     assert passes or res.status == "failed", res
+
+
+def test_an_exception_crosses_by_the_builtin_classes_it_derives_from(sides, monkeypatch):
+    """The program's side names a class's builtin exception bases; from a forged reply the grader makes a
+    ProgramError (a name it does not re-create) or fails the call (a class no program could have)."""
+    program, grader = sides
+    monkeypatch.setattr(grader, "MADE", {})
+    assert program._raised(ValueError("neg")) == ["raise", "ValueError", "neg", None]
+    assert program._raised(type("ValueError", (Exception,), {})("neg")) == ["raise", "ValueError", "neg", ["Exception"]]
+    assert program._raised(type("E", (KeyError, TypeError), {})())[3] == ["KeyError", "TypeError"]
+    assert type(grader._exception("ValueError", "neg", None)) is ValueError
+    made = grader._exception("ValueError", "neg", ["Exception"])
+    assert not isinstance(made, ValueError) and type(made) is type(grader._exception("ValueError", "", ["Exception"]))
+    for name, forged in (("E", ["os.system"]), ("E", []), ("E", "ValueError"), (1, None), ("E", ["StopIteration"])):
+        assert type(grader._exception(name, "m", forged)) is grader.ProgramError, forged
+    for name, forged in (("not a name", ["ValueError"]), ("E", ["OSError", "UnicodeDecodeError"])):
+        with pytest.raises(grader.NotData):
+            grader._exception(name, "m", forged)
 
 
 # tests that ask for identity the sandbox does not keep are refused when the task loads
