@@ -17,38 +17,17 @@ from bench.engine.step import Optimization, make_optimizer, update
 from bench.errors import CreditBenchError
 from bench.models.policy import add_lora, build_tiny
 from bench.registry import METHODS
+from tests.engine.test_step import GROUPS, G, mixed_batch
 
-G, GROUPS, P, T = 4, 3, 6, 10
 QWEN3_VOCAB = 151936
 
 
 def _batch(vocab: int, pad: int = 0, seed: int = 0) -> RolloutBatch:
-    """GROUPS groups of G completions of 3-10 tokens after 4-6 token left-padded prompts (the rows of a
-    group share their prompt), every group mixed, every optional field a method may read filled."""
-    g = torch.Generator().manual_seed(seed)
-    B = GROUPS * G
-    prompt_ids, prompt_mask = torch.full((B, P), pad), torch.zeros(B, P, dtype=torch.long)
-    for group in range(GROUPS):
-        n = int(torch.randint(4, P + 1, (1,), generator=g))
-        prompt_ids[group * G : (group + 1) * G, P - n :] = torch.randint(3, vocab, (n,), generator=g)
-        prompt_mask[group * G : (group + 1) * G, P - n :] = 1
-    lengths = torch.randint(3, T + 1, (B,), generator=g)
-    completion_mask = (torch.arange(T) < lengths[:, None]).long()
-    completion_ids = torch.randint(3, vocab, (B, T), generator=g).masked_fill(completion_mask == 0, pad)
-    correct = torch.rand(B, generator=g) < 0.5
-    correct[0::G], correct[1::G] = True, False
-    return RolloutBatch(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        completion_ids=completion_ids,
-        completion_mask=completion_mask,
-        group_ids=torch.arange(GROUPS).repeat_interleave(G),
-        rewards=correct.float(),
-        correct=correct,
-        truncated=lengths == T,
-        max_new_tokens=T,
-        extra={"negative_logprobs": -torch.rand(B, T, generator=g) - 0.1},
-    )
+    """test_step's mixed batch with every optional field a method may read filled."""
+    b = mixed_batch(vocab, pad, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    b.extra = {"negative_logprobs": -torch.rand(b.completion_ids.shape, generator=g) - 0.1}
+    return b
 
 
 def _scores(model, b: RolloutBatch, chunk_elements: int, grad: bool, **kw):

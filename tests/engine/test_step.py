@@ -23,10 +23,15 @@ G, GROUPS, P, T = 4, 3, 6, 10
 
 
 def fixed_batch(tokenizer) -> RolloutBatch:
-    """GROUPS groups of G completions of 3-10 tokens after 4-6 token left-padded prompts; every group
-    mixes correct and wrong answers."""
-    g = torch.Generator().manual_seed(0)
-    B, vocab, pad = GROUPS * G, len(tokenizer), tokenizer.pad_token_id
+    """:func:`mixed_batch` over ``tokenizer``'s vocabulary and padding."""
+    return mixed_batch(len(tokenizer), tokenizer.pad_token_id)
+
+
+def mixed_batch(vocab: int, pad: int = 0, seed: int = 0) -> RolloutBatch:
+    """GROUPS groups of G completions of 3-10 tokens after 4-6 token left-padded prompts (the rows of a
+    group share their prompt) over ``vocab`` tokens; every group mixes correct and wrong answers."""
+    g = torch.Generator().manual_seed(seed)
+    B = GROUPS * G
     prompt_ids, prompt_mask = torch.full((B, P), pad), torch.zeros(B, P, dtype=torch.long)
     for group in range(GROUPS):
         n = int(torch.randint(4, P + 1, (1,), generator=g))
