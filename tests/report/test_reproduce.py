@@ -62,7 +62,7 @@ def test_labels_rerun_only_their_committed_runs_and_name_a_moved_number(tmp_path
     from bench.sweep import launch
 
     repo = Path(__file__).resolve().parents[2]
-    committed = repo / "results" / "embedded-quick" / "runs"
+    committed = repo / "results" / "embedded-control" / "runs"
     ran = []
 
     def rerun(sweep, report, jobs, results_dir, uri):
@@ -73,21 +73,22 @@ def test_labels_rerun_only_their_committed_runs_and_name_a_moved_number(tmp_path
             data = json.loads((committed / f"{r.key}.json").read_text())
             data["wall_s"], data["mlflow_run_id"] = 1.0, "fresh"  # a rerun's own timing and id
             if moved and r.key.endswith("seed1"):
-                data["final"]["arithmetic" if "arithmetic" in data["final"] else next(iter(data["final"]))] = "moved"
+                data["final"][next(iter(data["final"]))] = "moved"
             dst.write_text(json.dumps(data))
         return {}
 
     monkeypatch.setattr(launch, "run_sweep", rerun)
-    spec = str(repo / "results" / "sweeps" / "embedded-quick.yaml")
+    spec = str(repo / "results" / "sweeps" / "embedded-control.yaml")
+    n = len(list(committed.glob("grpo-arithmetic-*.json")))
     args = ["--results-dir", str(repo / "results"), "--keep", str(tmp_path / "a")]
     moved = False
-    assert reproduce.main([spec, "--labels", "s_trace", *args]) == 0
-    assert set(ran) == {"s_trace"} and len(ran) == 3
-    assert "3 runs of s_trace (sweep embedded-quick) reproduced exactly" in capsys.readouterr().out
+    assert reproduce.main([spec, "--labels", "grpo", *args]) == 0
+    assert set(ran) == {"grpo"} and len(ran) == n >= 3
+    assert f"{n} runs of grpo (sweep embedded-control) reproduced exactly" in capsys.readouterr().out
     moved = True
     shutil.rmtree(tmp_path / "a")
-    assert reproduce.main([spec, "--labels", "s_trace", *args]) == 1
+    assert reproduce.main([spec, "--labels", "grpo", *args]) == 1
     out = capsys.readouterr().out
-    assert "1 difference(s) in 3 runs" in out and "s_trace-chain-tiny-500k-seed1: final." in out
-    with pytest.raises(CreditBenchError, match="not in sweep embedded-quick: grpo, s_trace"):
+    assert f"1 difference(s) in {n} runs" in out and "grpo-arithmetic-tiny-500k-seed1: final." in out
+    with pytest.raises(CreditBenchError, match="not in sweep embedded-control: grpo, s_trace"):
         reproduce.main([spec, "--labels", "dapo", *args])
