@@ -207,8 +207,8 @@ def test_activation_estimate_bounds_what_the_training_forward_keeps():
     """bench.run.plan.activation_gb against the bytes the training forward really saves for its
     backward (every tensor autograd keeps, parameters excluded), with and without activation
     checkpointing: never below, and within 3x (the estimate adds the backward's transient peak, which
-    no saved tensor shows: the logits' gradient and, with checkpointing, one recomputed layer); and with the LM head in chunks, which keeps no
-    logits at all (the estimate: one chunk's)."""
+    no saved tensor shows: the logits' gradient and, with checkpointing, one recomputed layer); and
+    with the LM head in chunks, which keeps no logits at all (the estimate: one chunk's)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
