@@ -291,7 +291,7 @@ class Method:
     def inert(self, rl: Any) -> str | None:
         """Why this method's credit cannot differ from its credit-off twin's under the RL settings ``rl``
         (a :class:`bench.config.RLConfig`), in one clause naming the fix; None where it can. A sweep
-        warns at expansion and its report marks the label (e.g. FIPO in one on-policy update)."""
+        warns at expansion and its report marks the label."""
         return None
 
     @property

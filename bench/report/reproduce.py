@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--labels", nargs="+", default=None, help="rerun only these labels' committed runs, run by run")
     ap.add_argument("--tuning", action="store_true", help="with --labels: the spec's tuning sweep's runs")
     a = ap.parse_args(argv)
+    if a.tuning and not a.labels:
+        raise CreditBenchError("--tuning reruns a tuning sweep's labels: give them with --labels")
     if a.labels:
         return rerun_labels(load_spec(a.spec, a.results_dir, tuning=a.tuning), a)
     sweep = load_spec(a.spec)

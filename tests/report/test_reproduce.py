@@ -92,3 +92,5 @@ def test_labels_rerun_only_their_committed_runs_and_name_a_moved_number(tmp_path
     assert f"1 difference(s) in {n} runs" in out and "grpo-arithmetic-tiny-500k-seed1: final." in out
     with pytest.raises(CreditBenchError, match="not in sweep embedded-control: grpo, s_trace"):
         reproduce.main([spec, "--labels", "dapo", *args])
+    with pytest.raises(CreditBenchError, match="give them with --labels"):
+        reproduce.main([spec, "--tuning", *args])
