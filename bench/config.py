@@ -234,9 +234,14 @@ class WarmStartConfig:
         check(0 <= self.tolerance < 1, f"warmstart.tolerance must be in [0, 1), got {self.tolerance}")
 
 
+def default_uri() -> str:
+    """The tracking URI when none is given: $MLFLOW_TRACKING_URI, else a local SQLite store."""
+    return os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+
+
 @dataclass
 class TrackingConfig:
-    uri: str = field(default_factory=lambda: os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    uri: str = field(default_factory=default_uri)
     """MLflow tracking URI (default: a local SQLite store, or $MLFLOW_TRACKING_URI)."""
     experiment: str = "creditbench"
     run_name: str | None = None

@@ -29,7 +29,7 @@ _local_depth = 0
 @contextlib.contextmanager
 def local() -> Iterator[None]:
     """Within this block every helper acts as in a single process (for work one process does on
-    its own, such as the credit probe: there is nothing to gather and no one to gather from)."""
+    its own, such as the credit map: there is nothing to gather and no one to gather from)."""
     global _local_depth
     _local_depth += 1
     try:

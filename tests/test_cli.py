@@ -90,8 +90,24 @@ def test_malformed_and_missing_yaml(capsys, tmp_path):
 
 
 def test_unknown_command(capsys):
-    code, _, err = run_cli(capsys, "trian")
-    assert code == 2 and "Did you mean 'train'" in error_line(err)
+    from bench.cli import COMMANDS
+
+    code, out, err = run_cli(capsys, "trian")
+    assert code == 2 and not out and "Did you mean 'train'" in error_line(err)
+    assert f"Valid commands: {', '.join(sorted(COMMANDS))}." in error_line(err)
+
+
+def test_every_command_of_the_dispatch_table_is_in_the_help(capsys):
+    """bench/cli/__init__.py's COMMANDS is the one list: each name has its module and appears in
+    ``creditbench --help`` with that module's summary."""
+    from bench.cli import COMMANDS, command
+
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0
+    for name in COMMANDS:
+        module = command(name)
+        assert callable(module.main) and f"  {name} " in out and module.HELP in out, name
+        assert f"creditbench {module.USAGE}" in out, name
 
 
 def test_every_shipped_config_parses_and_resolves():

@@ -1,7 +1,7 @@
 """Every shipped config builds short of its weights, and the Hub architectures are the real ones.
 
 For each sweep spec and run config the repository ships, every distinct (method, model) run goes
-through bench.run.plan.plan: the method and tasks resolve, the tasks' data files load, the policy is
+through bench.run.plan.memory_plan: the method and tasks resolve, the tasks' data files load, the policy is
 built on the meta device with the Hub model's architecture, LoRA and activation checkpointing
 applied, the LightningModule, data module and Lightning strategy constructed. The paper configs
 must also fit their GPUs (80 GB) with the activations of the micro-batch they state.
@@ -35,17 +35,17 @@ def _local_data(monkeypatch):
 @needs_data
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_sweep_builds_short_of_its_weights(path):
-    from bench.run.plan import plan
+    from bench.run.plan import memory_plan
     from bench.sweep.sweep import load_spec
 
     sweep = load_spec(path)
     seen, loaded = set(), set()
     for run in sweep.runs:
-        if (run.label, run.cfg.model.name) in seen:  # seeds change nothing plan() builds
+        if (run.label, run.cfg.model.name) in seen:  # seeds change nothing memory_plan() builds
             continue
         seen.add((run.label, run.cfg.model.name))
         tasks = repr((run.cfg.task, run.cfg.eval.tasks))  # each distinct task set's data is read once
-        p = plan(run.cfg, GPU_GB, load_data=tasks not in loaded)
+        p = memory_plan(run.cfg, GPU_GB, load_data=tasks not in loaded)
         loaded.add(tasks)
         assert p.params > 0 and 0 < p.trainable <= p.params
         if run.cfg.model.lora.rank:
@@ -67,10 +67,10 @@ def test_every_shipped_run_config_builds(path):
     import yaml
 
     from bench.run.args import run_config
-    from bench.run.plan import plan
+    from bench.run.plan import memory_plan
 
     cfg = run_config(yaml.safe_load(path.read_text()), str(path))
-    assert plan(cfg).params > 0
+    assert memory_plan(cfg).params > 0
 
 
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))

@@ -15,6 +15,7 @@ import pytest
 from docs_recipes import blocks, copy_repo, script, tiny_policy
 from shared_data import DATA, needs_data
 
+from bench.cli.docs_tables import main as docs_tables_command
 from bench.report import docs_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,12 +83,12 @@ def test_the_plugin_snippet_is_the_example_plugins_code():
 
 
 def test_result_tables_are_generated_from_results():
-    """Rerun ``python -m bench.report.docs_tables`` after a benchmark or sweep rewrote results/."""
+    """Rerun ``creditbench docs-tables`` after a benchmark or sweep rewrote results/."""
     for page in PAGES:
         assert docs_tables.render(page, ROOT / "results") == page.read_text(), (
-            f"{page.relative_to(ROOT)} differs from results/: run python -m bench.report.docs_tables"
+            f"{page.relative_to(ROOT)} differs from results/: run creditbench docs-tables"
         )
-    assert docs_tables.main(["--check"]) == 0
+    assert docs_tables_command(["--check"]) == 0
 
 
 def test_every_results_block_names_a_source_it_can_read():

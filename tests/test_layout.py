@@ -1,11 +1,16 @@
 """The layout is the architecture: a test of the import graph of bench/, tasks/ and methods/.
 
 Layers, lowest first: the plug-in API (the contract of a method and a task, the registry, errors, typed
-options, numerics and the collectives of distributed.py), the run configuration (bench.config, which plug-ins
-never see), the models (bench.models: tiny policies, loading, the pretrained registry, the Hub
+options, numerics, the collectives of distributed.py, atomic.py's write, what every script shares
+(bench.script) and the gold-answer check a task's tests run (bench.gold_check)), the pure statistics
+the reports compute (bench.stats: numpy and scipy only), what a number was made with
+(bench.environment: the numerics fingerprint and the lock writer), the run configuration (bench.config,
+which plug-ins never see), the models (bench.models: tiny policies, loading, the pretrained registry, the Hub
 architectures), then bench.engine, the MLflow store (bench.tracking), the base policies and their pins
 (bench.bases), one run (bench.run), sweeps of runs (bench.sweep: a sweep imports a run, never the
-reverse), bench.paired, bench.report, bench.perf, and bench.cli on top. A module imports its own
+reverse), bench.paired, bench.report, rerunning committed results and comparing them (bench.reproduce),
+the validity studies (bench.studies), the GPU harness (bench.gpu), the speed and memory benchmarks
+(bench.perf), and bench.cli on top. A module imports its own
 layer and the ones below it, never one above; tasks/ and methods/ are plug-ins and import only the
 API (and their own package); nothing in bench/ imports a plug-in (it finds them through the
 registry). No two modules import each other, directly or around a longer circle. Imports inside
@@ -22,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bench", "tasks", "methods")
 API = {
     "bench",
+    "bench.atomic",
     "bench.core",
     "bench.registry",
     "bench.errors",
@@ -29,9 +35,13 @@ API = {
     "bench.numerics",
     "bench.distributed",
     "bench.tasks_base",
+    "bench.script",
+    "bench.gold_check",
 }
 LAYERS = [
     "api",
+    "bench.stats",
+    "bench.environment",
     "bench.config",
     "bench.models",
     "bench.engine",
@@ -41,6 +51,9 @@ LAYERS = [
     "bench.sweep",
     "bench.paired",
     "bench.report",
+    "bench.reproduce",
+    "bench.studies",
+    "bench.gpu",
     "bench.perf",
     "bench.cli",
 ]
@@ -100,6 +113,7 @@ def test_the_graph_sees_the_layers():
     assert "bench.registry" in GRAPH["methods.grpo"]
     assert {layer(m) for m in GRAPH} >= {
         "api",
+        "bench.environment",
         "bench.config",
         "bench.models",
         "bench.engine",
@@ -108,6 +122,9 @@ def test_the_graph_sees_the_layers():
         "bench.run",
         "bench.sweep",
         "bench.report",
+        "bench.reproduce",
+        "bench.studies",
+        "bench.gpu",
         "bench.perf",
         "tasks",
         "methods",
@@ -209,3 +226,13 @@ def test_engine_tests_do_not_import_the_benchmarks():
                 continue
             bad += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.startswith("bench.perf")]
     assert not bad, "tests/engine imports bench.perf:\n" + "\n".join(bad)
+
+
+def test_every_folder_has_a_rank_and_a_line_in_the_architecture():
+    """A new package under bench/ takes its place in LAYERS, and docs/architecture.md says what kind of thing it
+    holds (its line in "What is in the box" and its row in the drawing of the layers)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    folders = sorted(p.parent.name for p in (ROOT / "bench").glob("*/__init__.py"))
+    assert set(folders) <= {"cli", *(name.removeprefix("bench.") for name in LAYERS)}, folders
+    missing = [f for f in folders if f"\n  {f}/" not in doc or f"\nbench.{f} " not in doc]
+    assert not missing, f"docs/architecture.md does not draw: {missing}"

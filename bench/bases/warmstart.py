@@ -34,6 +34,7 @@ from bench.config import SamplingConfig, WarmStartConfig
 from bench.core import Task
 from bench.engine.progress import duration
 from bench.engine.rollout import HFRolloutEngine
+from bench.engine.seeding import seeded
 from bench.errors import CreditBenchError
 from bench.models.policy import build_tiny, num_parameters
 
@@ -91,8 +92,7 @@ class SFTModule(L.LightningModule):
         warm-start's seed: a function of the weights, and no draw from the training's random stream."""
         prompts = [self.task.prompt(r, self.tokenizer) for r in self.check_rows]
         n = self.cfg.check_samples
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.cfg.seed)
+        with seeded(self.cfg.seed):
             gen = self.engine.generate(prompts, n, SamplingConfig(max_new_tokens=64))
         rows = [r for r in self.check_rows for _ in range(n)]  # the rows in generate's order: p0s0, p0s1, ...
         outcomes = self.task.verify(gen.texts, rows, details=False)
@@ -319,7 +319,7 @@ def _save_base(
     module, tokenizer, chosen: dict, task_name: str, size: str, cfg: WarmStartConfig, logger, out: Path
 ) -> Path:
     """Write the base and its warmstart.json next to ``out``, log them, and move them into place."""
-    from bench.bases.fingerprint import fingerprint
+    from bench.environment.fingerprint import fingerprint
     from bench.tracking.tracking import log_dict
 
     tmp = out.with_name(out.name + ".tmp")

@@ -9,8 +9,11 @@ import signal
 import sys
 from pathlib import Path
 
+from bench.config import default_uri
 from bench.run.args import ArgumentParser
-from bench.tracking.tracking import default_uri
+
+USAGE = "sweep SPEC.yaml [--jobs N] [--ray [ADDR]] [--dry_run]"
+HELP = "run a sweep spec: methods x models x seeds, then the report"
 
 
 def _interrupt(signum, frame) -> None:
@@ -23,10 +26,30 @@ def _fail(msg: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """Check the spec; then its dry run (:func:`_dry_run`), or its runs and its report."""
     from bench.report.files import markdown, write_report
-    from bench.sweep import tuning
     from bench.sweep.sweep import inert_lines, load_spec
 
+    a = _parser().parse_args(argv)
+    if a.jobs is not None and a.jobs < 1:
+        return _fail(f"--jobs must be >= 1, got {a.jobs}")
+    sweep = load_spec(a.spec, a.results_dir)
+    for line in inert_lines(sweep):
+        print(line, file=sys.stderr)
+    if a.dry_run:
+        _dry_run(sweep, a)
+        return 0
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, scancel: stopped as Ctrl-C stops it, and resumable
+    sweep, report = _run(sweep, a)
+    if a.credit_probe:
+        _probe(a, dry_run=False)
+        report = write_report(sweep, a.results_dir)  # with its "Credit per update" section
+    print(markdown(report))
+    print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
+    return 0
+
+
+def _parser() -> ArgumentParser:
     ap = ArgumentParser(
         prog="creditbench sweep",
         description="Run a sweep spec: every method x model x seed as its own MLflow run under one parent "
@@ -75,48 +98,36 @@ def main(argv: list[str]) -> int:
         help="then measure credit per update on the sweep's pairs (creditbench credit-probe with its defaults) "
         "and add it to the report",
     )
-    a = ap.parse_args(argv)
-    if a.jobs is not None and a.jobs < 1:
-        return _fail(f"--jobs must be >= 1, got {a.jobs}")
-    sweep = load_spec(a.spec, a.results_dir)
-    for line in inert_lines(sweep):
-        print(line, file=sys.stderr)
-    if a.dry_run:
-        _preflight(sweep, a.uri, here=a.plan)  # before the run list: a refused spec prints one line only
-        plans: dict[str, str] = {}
-        for r in sweep.runs:
-            print(f"{r.key}  ({r.cfg.method.name}, {r.cfg.model.name}, seed {r.cfg.seed})")
-            if a.plan:
-                from bench.run.plan import plan
+    return ap
 
-                line = plans.get(f"{r.label}/{r.cfg.model.name}") or plan(r.cfg, a.gpu_gb).line()
-                plans[f"{r.label}/{r.cfg.model.name}"] = line  # seeds differ in nothing the plan sees
-                print(f"    {line}")
-        print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
-        from bench.report.design import cost_line, design_lines
 
-        print("\n".join(design_lines(sweep, a.results_dir, a.jobs or 1)))
-        if sweep.spec.sequential is not None:
-            from bench.report.design import sequential_lines
+def _dry_run(sweep, a) -> None:
+    """``--dry_run``: the spec checked as a run checks its configuration (and, with ``--plan``, this
+    machine), its runs listed (with their memory plans), the design and the cost; nothing started."""
+    from bench.report.design import cost_line, design_lines, sequential_lines
+    from bench.sweep import tuning
+    from bench.sweep.sweep import load_spec
 
-            print("\n".join(sequential_lines(sweep, a.results_dir, a.jobs or 1)))
-        if sweep.spec.tune is not None:
-            tuned = load_spec(a.spec, a.results_dir, tuning=True)
-            done = "done: results/{0}/tuning.json" if tuning.read(a.results_dir, sweep.name) else "first: {1} runs"
-            print(
-                f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs or 1)}"
-            )
-        if a.credit_probe:
-            _probe(a, dry_run=True)
-        return 0
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, scancel: stopped as Ctrl-C stops it, and resumable
-    sweep, report = _run(sweep, a)
+    _preflight(sweep, a.uri, here=a.plan)  # before the run list: a refused spec prints one line only
+    plans: dict[str, str] = {}
+    for r in sweep.runs:
+        print(f"{r.key}  ({r.cfg.method.name}, {r.cfg.model.name}, seed {r.cfg.seed})")
+        if a.plan:
+            from bench.run.plan import memory_plan
+
+            line = plans.get(f"{r.label}/{r.cfg.model.name}") or memory_plan(r.cfg, a.gpu_gb).line()
+            plans[f"{r.label}/{r.cfg.model.name}"] = line  # seeds differ in nothing the plan sees
+            print(f"    {line}")
+    print(f"{len(sweep.runs)} runs; budget {sweep.budget}; baseline {sweep.baseline}")
+    print("\n".join(design_lines(sweep, a.results_dir, a.jobs or 1)))
+    if sweep.spec.sequential is not None:
+        print("\n".join(sequential_lines(sweep, a.results_dir, a.jobs or 1)))
+    if sweep.spec.tune is not None:
+        tuned = load_spec(a.spec, a.results_dir, tuning=True)
+        done = "done: results/{0}/tuning.json" if tuning.read(a.results_dir, sweep.name) else "first: {1} runs"
+        print(f"tuning ({done.format(sweep.name, len(tuned.runs))}): {cost_line(tuned, a.results_dir, a.jobs or 1)}")
     if a.credit_probe:
-        _probe(a, dry_run=False)
-        report = write_report(sweep, a.results_dir)  # with its "Credit per update" section
-    print(markdown(report))
-    print(f"\nwritten: {Path(a.results_dir) / sweep.name}/ (report.json, summary.md, summary.csv, *.png)")
-    return 0
+        _probe(a, dry_run=True)
 
 
 def _run(sweep, a) -> tuple:
@@ -146,15 +157,17 @@ def rounds(sweep, run, log=print) -> tuple:
     of the runs the rounds ran and its report."""
     import dataclasses
 
+    from bench.report.sequential import NextRound
+
     seq = sweep.spec.sequential
     order = sorted(set(sweep.spec.seeds))
     needs = dict.fromkeys(sweep.labels, seq.first)
     for round_ in range(1, len(order) + 1):
         subset = dataclasses.replace(sweep, runs=[r for r in sweep.runs if r.cfg.seed in order[: needs[r.label]]])
         report = run(subset)
-        family = (report.get("analysis") or {}).get("sequential") or {}
-        more = {lab: n for lab, n in family.get("needs", {}).items() if n > needs.get(lab, 0)}
-        undecided = [d["name"] for d in family.get("analysis", {}).get("decisions", []) if d["verdict"] == "open"]
+        next_round = NextRound.of(report)
+        more = {lab: n for lab, n in next_round.needs.items() if n > needs.get(lab, 0)}
+        undecided = next_round.open
         if not more:
             log(f"sequential sweep {sweep.name}: every credit comparison decided or at the cap after round {round_}")
             return subset, report
@@ -168,7 +181,7 @@ def rounds(sweep, run, log=print) -> tuple:
 
 def _probe(a, dry_run: bool) -> None:
     """``creditbench credit-probe`` on the sweep's spec, its defaults, the sweep's workers."""
-    from bench.cli.probe import main as credit_probe
+    from bench.cli.credit_probe import main as credit_probe
 
     argv = [a.spec, "--jobs", str(a.jobs or 1), "--results_dir", a.results_dir] + (["--dry_run"] if dry_run else [])
     credit_probe(argv)

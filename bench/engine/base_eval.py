@@ -11,7 +11,7 @@ computing the eval itself (tested).
 The key hashes: the policy's parameters and buffers as they generate (a LoRA adapter, a method's
 change to the model, a different base: another key), every random state at the eval's start (the
 seed), the eval problems themselves, the run's model, task, eval, rollout, precision and threads
-settings, the numerics stack (bench.bases.fingerprint: CPU code path, BLAS, library versions) and the
+settings, the numerics stack (bench.environment.fingerprint: CPU code path, BLAS, library versions) and the
 source of the ``bench`` and ``tasks`` packages. It applies to one process sampling on the CPU with
 the policy's own ``generate``, where the eval's random draws are the torch generator's: with several
 processes, a GPU or vLLM (whose sampler keeps its own state) every run evaluates its base itself.
@@ -25,12 +25,12 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bench.atomic import atomic_path
 from bench.engine.checkpoint import rng_states, set_rng_states
 
 FOLDER = "base_eval"
@@ -84,7 +84,7 @@ class BaseEvalCache:
 
     @classmethod
     def for_run(cls, cfg, numerics: dict[str, Any]) -> BaseEvalCache:
-        """``numerics``: the process's numerics stack (bench.bases.fingerprint's ``numerics``)."""
+        """``numerics``: the process's numerics stack (bench.environment.fingerprint's ``numerics``)."""
         settings = {part: dataclasses.asdict(getattr(cfg, part)) for part in ("model", "task", "eval", "rollout")} | {
             "precision": cfg.precision,
             "threads": cfg.threads,
@@ -133,7 +133,6 @@ class BaseEvalCache:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{self.key}.pt"
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        torch.save({"results": results, "rng": rng_states()}, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path, per_process=True) as tmp:  # a sweep's runs share the folder
+            torch.save({"results": results, "rng": rng_states()}, tmp)
         self.key = None

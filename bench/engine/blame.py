@@ -4,7 +4,7 @@ first went wrong.
 A task that can tell where a wrong answer went wrong says so in its verdict (``Outcome.blame``: the
 character offset of the first wrong character of the completion). On a fixed probe set of failed
 completions, sampled once from the base policy in groups whose rewards mix (so the advantage is not
-zero), the method's effective credit c_t = -dL/d log pi(y_t) (:func:`bench.engine.probe.effective_credit`)
+zero), the method's effective credit c_t = -dL/d log pi(y_t) (:func:`bench.engine.credit_map.effective_credit`)
 is compared with the blame token b of each row, over its L valid tokens:
 
     share      = |c_b| / sum_t |c_t|                     1 all on the blame token, 1/L uniform
@@ -28,8 +28,9 @@ import torch
 
 from bench.config import RLConfig
 from bench.core import Method, RolloutBatch
-from bench.engine.probe import effective_credit
+from bench.engine.credit_map import effective_credit
 from bench.engine.sampling import RolloutSampler
+from bench.engine.seeding import seeded
 
 TIE_RTOL = 1e-6
 """Credits within this fraction of a row's largest |credit| of the blame token's count as equal."""
@@ -90,8 +91,7 @@ def find_blame_probe(
     RNGs of the CPU and of ``devices`` left as they were) until ``max_rows`` failed completions with a
     blame are found in groups whose rewards mix, or ``rows`` run out; None when there are none."""
     groups, found = [], 0
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+    with seeded(seed, devices):
         for start in range(0, len(rows), chunk):
             batch, _ = sampler.rollout(rows[start : start + chunk], rl.group_size, rl.sampling, details=False)
             blame = blame_tokens(sampler, batch)

@@ -8,7 +8,7 @@ A run with ``checkpoint.every > 0`` owns a directory ``<checkpoint.dir>/<run nam
 The checkpoint holds what the next step depends on: the weights that train (the frozen base and
 reference come back from the base checkpoint), AdamW's state, the scheduler, Lightning's loop
 progress, the torch / numpy / Python RNG states, the data position (batches consumed, refill
-prompts drawn), the module's counters, eval history and the credit-probe group.
+prompts drawn), the module's counters, eval history and the credit map's group.
 
 Metrics go to MLflow the moment a step computes them (:class:`MetricSink`), with their real
 timestamps, so a running run can be watched. A run killed after its last checkpoint has logged
@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import uuid
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from bench.atomic import atomic_path, temporary, write_atomic
 from bench.errors import CreditBenchError
 
 
@@ -72,9 +72,7 @@ def ensure_writable(path: Path) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2))
 
 
 # ------------------------------------------------------------------ the module's weights
@@ -186,17 +184,14 @@ class RunCheckpoint(Callback):
             self.save(trainer)
 
     def save(self, trainer) -> None:
-        tmp = self.path.with_name(f"{self.path.name}.tmp")
         try:
-            trainer.save_checkpoint(tmp, weights_only=False)
             if trainer.is_global_zero:
-                with open(tmp, "rb") as fh:
-                    os.fsync(fh.fileno())
-                tmp.replace(self.path)
+                with atomic_path(self.path, fsync=True) as tmp:
+                    trainer.save_checkpoint(tmp, weights_only=False)
+            else:  # every process joins the save; the first one writes the file
+                trainer.save_checkpoint(temporary(self.path), weights_only=False)
             trainer.lightning_module.last_checkpoint_step = trainer.lightning_module.rl_step
         except OSError as e:
-            if trainer.is_global_zero:
-                tmp.unlink(missing_ok=True)
             raise CreditBenchError(
                 f"cannot write checkpoint {str(self.path)!r}: {e.strerror or e}; the last "
                 "complete checkpoint and the metrics logged up to it are kept -- free space "
@@ -259,8 +254,9 @@ def _readable(path: Path) -> bool:
 
 def discard(directory: Path) -> None:
     """Remove a finished run's checkpoint directory."""
-    for name in ("last.ckpt", "last.ckpt.tmp", "run.json", "run.json.tmp"):
-        (directory / name).unlink(missing_ok=True)
+    for path in (directory / "last.ckpt", directory / "run.json"):
+        path.unlink(missing_ok=True)
+        temporary(path).unlink(missing_ok=True)
     try:
         directory.rmdir()
     except OSError:  # something else lives there: leave it

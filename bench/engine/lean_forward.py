@@ -7,7 +7,7 @@ runs the same tensor operations, in the same order, on the model's own parameter
 them as usual): the RMSNorm of transformers' modelling code op for op, the same linear layers, the
 model's own rotary embedding, its mask function (``create_causal_mask``) and its attention function
 (``sdpa_attention_forward``), and the cache's own ``update``. So its outputs are the model's to the bit
-(tests/engine/test_lean_forward.py compares logits and gradients); where a model is anything else,
+(tests/engine/test_lean.py compares logits and gradients); where a model is anything else,
 :func:`supports` says no and the callers use the model itself.
 """
 

@@ -10,9 +10,9 @@ One training step (manual optimization):
 The module only orchestrates: the Lightning hooks call plain functions that a test or a script can
 call without a Trainer -- sampling in bench.engine.sampling, scoring and the update in
 bench.engine.step, the eval numbers in bench.engine.metrics (the exact objective J in
-bench.engine.exact), the credit probe in bench.engine.probe, the blame alignment in
+bench.engine.exact), the credit map in bench.engine.credit_map, the blame alignment in
 bench.engine.blame, the prompt order in bench.engine.data. Its evaluation hooks live in
-bench.engine.evaluation and its probes in bench.engine.probes; the RL step is here. It never
+bench.engine.evaluation and its fixed sets in bench.engine.fixed_sets; the RL step is here. It never
 branches on a method's or a task's name: a method declares ``needs`` and the step computes exactly
 that.
 """
@@ -39,10 +39,10 @@ from bench.engine.blame import (
     blame_tokens,
 )
 from bench.engine.checkpoint import MetricSink, check_fits, rng_states, set_rng_states, trainable_state
+from bench.engine.credit_map import credit_map, group_from_state, group_state
 from bench.engine.evaluation import Evaluation
+from bench.engine.fixed_sets import FixedSets
 from bench.engine.metrics import EvalEpoch
-from bench.engine.probe import credit_map, probe_from_state, probe_state
-from bench.engine.probes import Probes
 from bench.engine.rollout import HFRolloutEngine, RolloutEngine, rollout_mismatch
 from bench.engine.sampling import RolloutSampler, eval_due, reward_stats, rounds_left, train_rollouts
 from bench.engine.sharding import ShardPlan
@@ -66,7 +66,7 @@ e.g. ARCA's weight concentration). Besides, the result keeps the largest gradien
 (``train_grad_norm_max``) and the updates skipped as non-finite (``train_skipped_updates``)."""
 
 
-class RLVRModule(Evaluation, Probes, L.LightningModule):
+class RLVRModule(Evaluation, FixedSets, L.LightningModule):
     """Trains ``policy`` with ``method`` on ``task``, sampling with ``engine`` (the policy's own
     ``generate`` when None) and evaluating on ``eval_tasks`` (the task alone when None)."""
 
@@ -102,7 +102,7 @@ class RLVRModule(Evaluation, Probes, L.LightningModule):
         self.eval_history: list[dict[str, Any]] = []
         self.train_sums: dict[str, list[float]] = {}  # TRAIN_SUMMARY key -> [sum, count] over RL steps
         self.grad_norm_max = -math.inf  # the largest finite gradient norm of the run's updates
-        self._probe: tuple[RolloutBatch, int] | None = None
+        self._credit_group: tuple[RolloutBatch, int] | None = None
         self._blame_probe: BlameProbe | None = None
         self._seed: int | None = None  # the run's seed, read at the first setup (see setup)
         self.sink: MetricSink | None = None  # set by a run (a resumed one skips what MLflow has); else the logger
@@ -255,16 +255,22 @@ class RLVRModule(Evaluation, Probes, L.LightningModule):
             out["train_grad_norm_max"] = self.grad_norm_max
         return out | {"train_skipped_updates": float(self.skipped_updates)}
 
-    def credit_probe(self) -> dict[str, Any] | None:
-        """This method's effective credit on the probe group under the current policy, or None without
+    def measure_credit_map(self) -> dict[str, Any] | None:
+        """The credit map: this method's effective credit on its fixed group under the current policy, or None without
         one; ``blame`` is the index of the token where the completion first went wrong (see
         :mod:`bench.engine.blame`), None when the task cannot tell."""
-        if self._probe is None:
+        if self._credit_group is None:
             return None
-        batch, row = self._probe
+        batch, row = self._credit_group
         with self._whole(self.policy, self.ref_policy):
             out = credit_map(
-                self.policy, self.ref_policy, self.method, self.sampler, self.rl, self._probe, self._rng_devices()
+                self.policy,
+                self.ref_policy,
+                self.method,
+                self.sampler,
+                self.rl,
+                self._credit_group,
+                self._rng_devices(),
             )
         return out | {"blame": blame_tokens(self.sampler, batch.select(torch.tensor([row])))[0]}
 
@@ -286,7 +292,7 @@ class RLVRModule(Evaluation, Probes, L.LightningModule):
             "rl_step": self.rl_step, "samples": self.samples, "tokens": self.tokens, "extra": self.sampler.extra,
             "eval_history": self.eval_history,
             "train_sums": self.train_sums, "grad_norm_max": self.grad_norm_max, "skipped_updates": self.skipped_updates,
-            "probe": probe_state(self._probe),
+            "probe": group_state(self._credit_group),
             "blame_probe": blame_probe_state(self._blame_probe),
             "rng": gather_objects(rng_states()),
             "wall_s": self.wall_before + time.perf_counter() - self.t_start,
@@ -303,6 +309,6 @@ class RLVRModule(Evaluation, Probes, L.LightningModule):
         self.resumed_from = self.last_checkpoint_step = self.rl_step
         self.wall_before = c["wall_s"]
         if c["probe"] is not None:
-            self._probe = probe_from_state(c["probe"])
+            self._credit_group = group_from_state(c["probe"])
         self._blame_probe = blame_probe_from_state(c.get("blame_probe"))
         set_rng_states(c["rng"][rank()] if len(c["rng"]) == world_size() else c["rng"][0])

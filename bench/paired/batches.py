@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable
 
 import torch
 
@@ -16,6 +15,7 @@ from bench.config import SamplingConfig
 from bench.core import RolloutBatch
 from bench.engine.rollout import HFRolloutEngine
 from bench.engine.sampling import RolloutSampler
+from bench.engine.seeding import seeded
 
 
 def stream_seed(*parts: object) -> int:
@@ -49,8 +49,7 @@ class SeededSampler(RolloutSampler):
     def rollout(self, rows, n, sampling, details, task=None):
         key = (tuple(str(r["id"]) for r in rows), n, details)
         if key not in self.cache:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(stream_seed(self.seed, *key))
+            with seeded(stream_seed(self.seed, *key)):
                 out = super().rollout(rows, n, sampling, details, task)
             if not self.shared:
                 return out
@@ -58,8 +57,9 @@ class SeededSampler(RolloutSampler):
         return copy.deepcopy(self.cache[key])
 
 
-def fingerprint(batch: RolloutBatch) -> str:
-    """What an arm trained on: its samples, rewards and groups (two arms of a pair must agree)."""
+def batch_digest(batch: RolloutBatch) -> str:
+    """What an arm trained on: a hash of its samples, rewards and groups (two arms of a pair must agree;
+    a record keeps it under the key ``fingerprint``)."""
     h = hashlib.sha256()
     for t in (batch.completion_ids, batch.completion_mask, batch.rewards, batch.group_ids, batch.prompt_ids):
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
@@ -70,11 +70,3 @@ def row_hashes(batch: RolloutBatch) -> list[int]:
     """One number per sample (its prompt and completion tokens), to count the samples two arms share."""
     ids = batch.completion_ids * batch.completion_mask
     return [stream_seed(p.tolist(), c.tolist()) for p, c in zip(batch.prompt_ids.cpu(), ids.cpu())]
-
-
-def seeded(fn: Callable[[], object], seed: int):
-    """``fn()`` with the global RNG seeded by ``seed`` (the minibatch order, a method's own draws), the
-    RNG outside left as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return fn()

@@ -87,7 +87,7 @@ class Pair:
 
 
 @dataclass
-class Plan:
+class ProbePlan:
     """A probe's arms and pairs: ``labels`` (label -> run config at its tuned rate), the pairs, the
     rates every arm updates at (``rates[label]``: the common grid and its tuned rate), each pair's
     reference label."""
@@ -126,10 +126,11 @@ def _with_lr(cfg: RunConfig, lr: float) -> RunConfig:
     return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, lr=lr, schedule="constant", warmup_steps=0))
 
 
-def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | Path = "results") -> Plan:
+def probe_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | Path = "results") -> ProbePlan:
     """The probe of the sweep at ``spec_path``: each credit method (``analysis.credit_controls``) against
     its twin (and placebo), every label at the common rates and at its tuned one."""
     from bench.sweep.sweep import load_spec
+    from bench.sweep.tuning import tuning_path
 
     sweep = load_spec(spec_path, results_dir)
     spec = sweep.spec
@@ -139,41 +140,67 @@ def make_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | P
             f"sweep {spec.name!r} lists no credit controls: the probe compares each credit method with its "
             "twin; add credit_controls: [twin] to the spec"
         )
-    first: dict[str, RunConfig] = {}
-    for run in sweep.runs:  # the first task, model and seed of each label
-        first.setdefault(run.label, run.cfg)
-    if options.model is not None:
-        _check_model(options.model)
-        first = {
-            k: dataclasses.replace(c, model=dataclasses.replace(c.model, name=options.model)) for k, c in first.items()
-        }
+    first = _first_configs(sweep.runs, options.model)
     _check_references(first)
+    pairs = _pairs(controls, first, options.placebo)
+    budget = spec.budget.as_dict().get("samples", 0)
+    check(budget > 0, "the credit probe needs a sweep with a sample budget (budget: {samples: N})")
+    tuned_here = spec.tune and tuning_path(results_dir, spec.name).is_file() and options.model is None
+    tuned = {label: cfg.rl.lr for label, cfg in first.items()} if tuned_here else {}
+    labels = {x: first[x] for p in pairs for x in (p.method, p.control)}
+    rates = {x: sorted({*options.lrs, *([tuned[x]] if x in tuned else [])}) for x in labels}
+    references = _trajectory_labels(pairs, first, options.reference, spec.name)
+    if options.reference != "control":  # the named label's trajectory: its configuration is needed too
+        labels[options.reference] = first[options.reference]
+    notes = [] if tuned else [f"no tuned rates for this model (results/{spec.name}/tuning.json): the common rates only"]
+    return ProbePlan(
+        sweep=spec.name,
+        labels=labels,
+        pairs=pairs,
+        rates=rates,
+        tuned=tuned,
+        references=references,
+        options=options,
+        budget=budget,
+        notes=notes,
+        credit_controls=dict(controls),
+    )
+
+
+def _first_configs(runs: list, model: str | None) -> dict[str, RunConfig]:
+    """Each label's first run configuration (its first task, model and seed), on ``model`` when given."""
+    first: dict[str, RunConfig] = {}
+    for run in runs:
+        first.setdefault(run.label, run.cfg)
+    if model is None:
+        return first
+    _check_model(model)
+    return {k: dataclasses.replace(c, model=dataclasses.replace(c.model, name=model)) for k, c in first.items()}
+
+
+def _pairs(controls: dict[str, list[str]], first: dict[str, RunConfig], placebo: bool) -> list[Pair]:
+    """Each credit method against each of its controls: its twin always, its placebo when ``placebo``
+    (a control is a placebo by its run configuration's flag, ``method.placebo``)."""
     pairs = []
     for method, ctrls in controls.items():
         for c in ctrls:
             kind = "placebo" if first[c].method.placebo else "twin"
-            if kind == "twin" or options.placebo:
+            if kind == "twin" or placebo:
                 pairs.append(Pair(method, c, kind))
-    budget = spec.budget.as_dict().get("samples", 0)
-    check(budget > 0, "the credit probe needs a sweep with a sample budget (budget: {samples: N})")
-    tuned_file = Path(results_dir) / spec.name / "tuning.json"
-    tuned_here = spec.tune and tuned_file.is_file() and options.model is None
-    tuned = {label: cfg.rl.lr for label, cfg in first.items()} if tuned_here else {}
-    labels = {x: first[x] for p in pairs for x in (p.method, p.control)}
-    rates = {x: sorted({*options.lrs, *([tuned[x]] if x in tuned else [])}) for x in labels}
-    twin_of = {p.method: p.control for p in pairs if p.kind == "twin"}
-    if options.reference == "control":
-        references = {p.method: twin_of.get(p.method, p.control) for p in pairs}
-    else:
-        if options.reference not in first:
-            raise CreditBenchError(
-                f"reference {options.reference!r} is not a label of sweep {spec.name!r}; valid: control, "
-                + ", ".join(first)
-            )
-        labels[options.reference] = first[options.reference]
-        references = {p.method: options.reference for p in pairs}
-    notes = [] if tuned else [f"no tuned rates for this model (results/{spec.name}/tuning.json): the common rates only"]
-    return Plan(spec.name, labels, pairs, rates, tuned, references, options, budget, notes, dict(controls))
+    return pairs
+
+
+def _trajectory_labels(pairs: list[Pair], first: dict[str, RunConfig], reference: str, sweep: str) -> dict[str, str]:
+    """Each pair's method label -> the label whose reference trajectory gives its checkpoints
+    (:attr:`ProbeOptions.reference`): the pair's twin (else its control), or one label of the sweep for all."""
+    if reference == "control":
+        twin_of = {p.method: p.control for p in pairs if p.kind == "twin"}
+        return {p.method: twin_of.get(p.method, p.control) for p in pairs}
+    if reference not in first:
+        raise CreditBenchError(
+            f"reference {reference!r} is not a label of sweep {sweep!r}; valid: control, " + ", ".join(first)
+        )
+    return {p.method: reference for p in pairs}
 
 
 def _check_model(name: str) -> None:
@@ -203,7 +230,7 @@ def _check_references(configs: dict[str, RunConfig]) -> None:
         )
 
 
-def describe(plan: Plan) -> dict[str, Any]:
+def describe(plan: ProbePlan) -> dict[str, Any]:
     """The plan as the probe's output records it."""
     return {
         "sweep": plan.sweep,

@@ -5,14 +5,14 @@ whole in results/probes/<sweep>/updates.json so the analysis (bench.report.per_u
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.paired.plan import Plan, describe
+from bench.atomic import write_atomic
+from bench.paired.plan import ProbePlan, describe
 
 PACE_S = {"trajectory_step": 0.65, "update": 0.5, "segment_update": 0.75}
 """Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured; the dry
@@ -26,7 +26,7 @@ def _threads(n: int) -> None:
 
 
 def _trajectory(args: tuple) -> list:
-    from bench.paired.reference import trajectory
+    from bench.paired.trajectory import trajectory
 
     label, cfg, seed, phases, budget = args
     _threads(cfg.threads)
@@ -79,7 +79,9 @@ def _chunks(n: int, parts: int) -> list[list[int]]:
     return [c for c in (list(range(n))[i::parts] for i in range(parts)) if c]
 
 
-def tasks(plan: Plan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range]) -> list[dict[str, Any]]:
+def tasks(
+    plan: ProbePlan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range]
+) -> list[dict[str, Any]]:
     """The work on the checkpoints: each one's ``batches`` (by its key) and, in the first round (batches
     from 0), its segments, in ``jobs`` chunks."""
     o, out = plan.options, []
@@ -100,7 +102,7 @@ def tasks(plan: Plan, checkpoints: dict[str, list], jobs: int, batches: dict[tup
     return out
 
 
-def _round(plan: Plan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range], log) -> tuple:
+def _round(plan: ProbePlan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range], log) -> tuple:
     """One round of work: (update records, segment records)."""
     work = tasks(plan, checkpoints, jobs, batches)
     log(f"credit probe of {plan.sweep}: {sum(len(t['indices']) for t in work)} batches and segments "
@@ -110,7 +112,7 @@ def _round(plan: Plan, checkpoints: dict[str, list], jobs: int, batches: dict[tu
     return updates, [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
 
 
-def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_probe(plan: ProbePlan, jobs: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the probe; its raw output (plan, checkpoints, one record per arm and batch, segments)."""
     t0 = time.perf_counter()
     o = plan.options
@@ -134,7 +136,7 @@ def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> 
             rounds.append(sum(map(len, more.values())))
     order = ("reference", "seed", "phase", "batch", "segment", "label", "lr", "k")
     key = lambda r: tuple(r.get(k, 0) for k in order)  # noqa: E731
-    from bench.bases.fingerprint import fingerprint
+    from bench.environment.fingerprint import fingerprint
 
     cfg = next(iter(plan.labels.values()))
     return {
@@ -151,7 +153,7 @@ def run_probe(plan: Plan, jobs: int = 1, log: Callable[[str], None] = print) -> 
     }
 
 
-def cost(plan: Plan) -> dict[str, float]:
+def cost(plan: ProbePlan) -> dict[str, float]:
     """What the probe will spend: trajectories' RL steps, updates, segment updates, and the seconds of one
     core at the measured pace (scaled by the model's parameters)."""
     from bench.models.policy import TINY_SIZES, tiny_matrix_params
@@ -176,8 +178,4 @@ def write(out: dict[str, Any], folder: str | Path) -> Path:
     """The raw records as updates.json in ``folder`` (written whole, then renamed: never half a file)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "updates.json"
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(out, separators=(",", ":")) + "\n")
-    tmp.replace(path)
-    return path
+    return write_atomic(folder / "updates.json", json.dumps(out, separators=(",", ":")) + "\n", per_process=True)

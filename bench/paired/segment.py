@@ -27,7 +27,7 @@ def segment(ws: Workspace, arms: list[Arm], index: int, steps: int) -> list[dict
             step_seed = stream_seed(seed, k)
             _, batch = draw(ws, arm, ws.sampler(ws.scratch, arm.cfg, step_seed, shared=False), step_seed)
             stats = rl_step(ws, arm, batch, opt, stream_seed(step_seed, "update"))
-            j, _ = exact_objective(ws.scratch, ws.refs, ws.temperature)
+            j, _ = exact_objective(ws.scratch, ws.j_completions, ws.temperature)
             out.append(
                 {
                     **ws.checkpoint.info(),

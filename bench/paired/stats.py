@@ -12,45 +12,71 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import stats
 
+from bench.stats import paired as summary
 
-def index(records: list[dict[str, Any]], value: str) -> dict[tuple, dict[tuple, float]]:
-    """(label, lr) -> {(reference, seed, phase, batch or segment[, k]): value}."""
-    out: dict[tuple, dict[tuple, float]] = defaultdict(dict)
+
+class Unit(NamedTuple):
+    """One paired measurement of a credit probe: a batch drawn at a checkpoint of a reference trajectory
+    (or a segment, at its step ``k``). Its fields are the record's keys in updates.json: "reference",
+    "seed", "phase", "batch" (a segment record's "segment") and, for segments, "k"."""
+
+    reference: str  # the label whose trajectory holds the checkpoint
+    seed: int  # the trajectory's training seed
+    phase: float  # the checkpoint's fraction of the budget
+    batch: int  # the batch's index at the checkpoint (the segment's, for a segment record)
+    k: int | None = None  # the step within a segment; None for a single update
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> Unit:
+        return cls(record["reference"], record["seed"], record["phase"], record.get("batch", record.get("segment")),
+                   record.get("k"))  # fmt: skip
+
+    @property
+    def checkpoint(self) -> tuple[str, int, float]:
+        """(reference, seed, phase): the stratum, as bench.paired.trajectory.Checkpoint.key names it."""
+        return self.reference, self.seed, self.phase
+
+
+def _order(u: Unit) -> tuple:
+    """A fixed order of units (a set of them iterates in an order that changes from process to process)."""
+    return (*u.checkpoint, u.batch, -1 if u.k is None else u.k)
+
+
+def index(records: list[dict[str, Any]], value: str) -> dict[tuple, dict[Unit, float]]:
+    """(label, lr) -> {unit: the record's ``value``}."""
+    out: dict[tuple, dict[Unit, float]] = defaultdict(dict)
     for r in records:
-        unit = (r["reference"], r["seed"], r["phase"], r.get("batch", r.get("segment")))
-        out[(r["label"], r["lr"])][unit + ((r["k"],) if "k" in r else ())] = r[value]
+        out[(r["label"], r["lr"])][Unit.of(r)] = r[value]
     return out
 
 
-def stratum_mean(values: dict[tuple, float]) -> float:
-    """The mean over strata (checkpoints) of each stratum's mean: every checkpoint weighs the same however
-    many batches it holds."""
+def by_checkpoint(values: dict[Unit, float]) -> dict[tuple, list[float]]:
+    """The values grouped by checkpoint (the strata), in the units' order."""
     strata: dict[tuple, list[float]] = defaultdict(list)
     for unit, v in values.items():
-        strata[unit[:3]].append(v)
-    return float(np.mean([np.mean(v) for v in strata.values()]))
+        strata[unit.checkpoint].append(v)
+    return strata
 
 
-def stratified(diffs: dict[tuple, float], level: float = 0.95) -> dict[str, Any]:
-    """The mean over strata (a unit's first three fields: the checkpoint) of each stratum's mean, with its
-    standard error, Student-t interval, p-value and degrees of freedom."""
-    strata: dict[tuple, list[float]] = defaultdict(list)
-    for unit, d in diffs.items():
-        strata[unit[:3]].append(d)
-    means = [float(np.mean(v)) for v in strata.values()]
-    C = len(strata)
-    var = sum(float(np.var(v, ddof=1)) / len(v) for v in strata.values() if len(v) > 1)
-    df = sum(len(v) - 1 for v in strata.values())
-    mean, se = float(np.mean(means)), math.sqrt(var) / C
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * se if df > 0 else math.inf
-    p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 and df > 0 else (1.0 if mean == 0 else 0.0)
-    return {"mean": mean, "se": se, "lo": mean - half, "hi": mean + half, "p": p, "df": df, "n": len(diffs),
-            "checkpoints": C}  # fmt: skip
+def stratum_mean(values: dict[Unit, float]) -> float:
+    """The mean over strata (checkpoints) of each stratum's mean: every checkpoint weighs the same however
+    many batches it holds."""
+    return float(np.mean([np.mean(v) for v in by_checkpoint(values).values()]))
+
+
+def stratified(diffs: dict[Unit, float], level: float = 0.95) -> dict[str, Any]:
+    """The mean over strata (checkpoints) of each stratum's mean, with its standard error, Student-t
+    interval, p-value and degrees of freedom (bench.stats.paired.stratified)."""
+    strata = by_checkpoint(diffs)
+    s = summary.stratified(strata)
+    half = s.half(level)
+    return {"mean": s.mean, "se": s.se, "lo": s.mean - half, "hi": s.mean + half, "p": s.p(), "df": s.df,
+            "n": s.n, "checkpoints": len(strata)}  # fmt: skip
 
 
 def settings(plan: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
@@ -68,15 +94,13 @@ def allocation(probe: dict[str, Any], target: float, cap: int) -> dict[tuple, in
     dj = index(probe["updates"], "dj")
     have: dict[tuple, int] = defaultdict(int)
     for unit in {u for per in dj.values() for u in per}:
-        have[unit[:3]] += 1
+        have[unit.checkpoint] += 1
     need = dict(have)
     for _, rate in settings(probe["plan"]):
         for p in probe["plan"]["pairs"]:
             m, c = (p["method"], rate[p["method"]]), (p["control"], rate[p["control"]])
-            units = set(dj[m]) & set(dj[c])
-            by: dict[tuple, list[float]] = defaultdict(list)
-            for u in units:
-                by[u[:3]].append(dj[m][u] - dj[c][u])
+            units = sorted(set(dj[m]) & set(dj[c]), key=_order)  # a set's order moves with the hash seed
+            by = by_checkpoint({u: dj[m][u] - dj[c][u] for u in units})
             gain = abs(stratum_mean({u: dj[c][u] for u in units})) if units else 0.0
             if not by or gain == 0 or any(len(v) < 2 for v in by.values()):
                 continue

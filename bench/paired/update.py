@@ -1,7 +1,7 @@
 """One checkpoint's paired updates: every arm takes one RL step's update from the checkpoint's weights and
 AdamW state on exactly the same rollout batch, and J is scored after each.
 
-The pairing, held by ``tests/paired/test_update.py``: the arms' batches come from one shared sampler
+The pairing, held by ``tests/paired/test_paired.py``: the arms' batches come from one shared sampler
 (the same prompts, samples, rewards), each arm's augment and update run with the same seeds (the same
 minibatch order and draws), and :func:`check_pairing` refuses a batch on which a pair's arms trained on
 different samples. A method against itself, or a twin against a copy of itself, differs by exactly 0.
@@ -19,18 +19,20 @@ from bench.config import RunConfig
 from bench.core import Method, RolloutBatch
 from bench.engine.exact import exact_objective, objective_gradient, references
 from bench.engine.scoring import REFERENCE_NEEDS, score_batch
+from bench.engine.seeding import seeded
 from bench.engine.step import Optimization, make_optimizer, update
 from bench.errors import CreditBenchError
-from bench.paired.batches import RowStream, SeededSampler, fingerprint, seeded, stream_seed
+from bench.paired.batches import RowStream, SeededSampler, batch_digest, stream_seed
 from bench.paired.plan import Arm, Pair
-from bench.paired.reference import Checkpoint
+from bench.paired.trajectory import Checkpoint
 
 
 @dataclass
 class Workspace:
-    """What the paired updates from one checkpoint share: the checkpoint's policy (sampled from, never
-    trained), a scratch copy that each arm trains in turn, the reference policy where a method needs
-    one, the arms' methods, J's references and J and its gradient at the checkpoint."""
+    """What the paired updates from one checkpoint (of a trajectory, bench.paired.trajectory) share: the
+    checkpoint's policy (sampled from, never trained), a scratch copy that each arm trains in turn, the
+    KL reference policy where a method needs one, the arms' methods, J's reference completions and J and
+    its gradient at the checkpoint."""
 
     checkpoint: Checkpoint
     policy: Any
@@ -40,7 +42,7 @@ class Workspace:
     task: Any
     methods: dict[str, Method]
     train_rows: Any
-    refs: Any
+    j_completions: Any  # J's reference completions, one per eval problem (bench.engine.exact.references)
     temperature: float
     j0: float
     grad: list[torch.Tensor]
@@ -48,7 +50,7 @@ class Workspace:
 
     @classmethod
     def build(cls, cfg: RunConfig, checkpoint: Checkpoint, arms: list[Arm], problems: int, probe_seed: int):
-        """From ``cfg`` (the reference's run configuration: base, task, eval split) and the checkpoint."""
+        """From ``cfg`` (the trajectory's run configuration: base, task, eval split) and the checkpoint."""
         from bench.engine.data import load_split
         from bench.run.resolve import resolve
         from bench.run.train import base_policy
@@ -57,16 +59,29 @@ class Workspace:
         methods = {arm.key: resolve(arm.cfg).method for arm in arms}
         policy, tokenizer, ref, _, _ = base_policy(cfg, r)
         if ref is None and any(m.required & REFERENCE_NEEDS for m in methods.values()):
-            ref = copy.deepcopy(policy).requires_grad_(False).eval()  # the base, as a run's reference
+            ref = copy.deepcopy(policy).requires_grad_(False).eval()  # the base, as a run's KL reference
         policy.load_state_dict(checkpoint.weights)
         eval_rows = load_split(r.task, "eval")
         rows = [eval_rows[i] for i in range(min(problems, len(eval_rows)))]
-        refs = references(r.task, rows, tokenizer)
+        j_completions = references(r.task, rows, tokenizer)
         temperature = cfg.eval.sampling.temperature or 1.0
-        j0, _ = exact_objective(policy, refs, temperature)
-        grad = objective_gradient(policy, refs, temperature)
-        return cls(checkpoint, policy, copy.deepcopy(policy), ref, tokenizer, r.task, methods,
-                   load_split(r.task, "train"), refs, temperature, j0, grad, probe_seed)  # fmt: skip
+        j0, _ = exact_objective(policy, j_completions, temperature)
+        grad = objective_gradient(policy, j_completions, temperature)
+        return cls(
+            checkpoint=checkpoint,
+            policy=policy,
+            scratch=copy.deepcopy(policy),
+            ref_policy=ref,
+            tokenizer=tokenizer,
+            task=r.task,
+            methods=methods,
+            train_rows=load_split(r.task, "train"),
+            j_completions=j_completions,
+            temperature=temperature,
+            j0=j0,
+            grad=grad,
+            probe_seed=probe_seed,
+        )
 
     def seed(self, *parts: object) -> int:
         return stream_seed(self.probe_seed, self.checkpoint.name, *parts)
@@ -100,12 +115,9 @@ class Workspace:
 def rl_step(ws: Workspace, arm: Arm, batch: RolloutBatch, opt: Optimization, seed: int) -> dict[str, float]:
     """Score ``batch`` for ``arm``'s method and apply its update to the scratch policy, seeded."""
     method, rl = ws.methods[arm.key], arm.cfg.rl
-
-    def step():
+    with seeded(seed):  # the minibatch order, a method's own draws
         scored = score_batch(ws.scratch, ws.ref_policy, method, batch, rl=rl)
         return update(ws.scratch, method, batch, rl, opt=opt, scored=scored)
-
-    return seeded(step, seed)
 
 
 def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> tuple[RolloutBatch, RolloutBatch]:
@@ -117,7 +129,8 @@ def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> tuple[Ro
     stream = RowStream(ws.train_rows, stream_seed(seed, "rows"))
     drawn = train_rollouts(sampler, method, stream.refill(rl.prompts_per_step), rl, stream.refill)
     raw = copy.deepcopy(drawn.batch)
-    return raw, seeded(lambda: method.augment(drawn.batch, sampler), stream_seed(seed, "augment"))
+    with seeded(stream_seed(seed, "augment")):
+        return raw, method.augment(drawn.batch, sampler)
 
 
 def paired_batch(
@@ -135,7 +148,7 @@ def paired_batch(
             aligned[arm.label] = blame_alignment(ws, arm, raw, sampler)
         ws.reset()
         stats = rl_step(ws, arm, batch, ws.optimization(arm), stream_seed(seed, "update"))
-        j1, _ = exact_objective(ws.scratch, ws.refs, ws.temperature)
+        j1, _ = exact_objective(ws.scratch, ws.j_completions, ws.temperature)
         out.append(
             {
                 **ws.checkpoint.info(),
@@ -149,7 +162,7 @@ def paired_batch(
                 "samples": batch.size,
                 "loss": stats.get("loss/total"),
                 "skipped": stats["train/skipped_updates"],
-                "fingerprint": fingerprint(batch),
+                "fingerprint": batch_digest(batch),  # the key on disk: the batch digest
                 **aligned.get(arm.label, {}),
             }
         )
@@ -163,7 +176,7 @@ def blame_alignment(ws: Workspace, arm: Arm, batch: RolloutBatch, sampler: Seede
     ``blame_share`` (uniform credit gives ``blame_uniform_share``), ``blame_rank_frac`` (0.5 is chance),
     over ``blame_n`` rows."""
     from bench.engine.blame import alignment, blame_tokens
-    from bench.engine.probe import effective_credit
+    from bench.engine.credit_map import effective_credit
 
     method = ws.methods[arm.key]
     b, credit = effective_credit(ws.policy, ws.ref_policy, method, sampler, arm.cfg.rl, batch, [])
@@ -181,10 +194,10 @@ def check_pairing(records: list[dict[str, Any]], pairs: list[Pair]) -> None:
     for r in records:
         seen.setdefault(r["label"], set()).add(r["fingerprint"])
     for p in pairs:
-        prints = seen.get(p.method, set()) | seen.get(p.control, set())
-        if len(prints) > 1:
+        digests = seen.get(p.method, set()) | seen.get(p.control, set())
+        if len(digests) > 1:
             raise CreditBenchError(
                 f"the pairing is broken: {p.method} and {p.control} trained on different batches at "
-                f"{records[0]['reference']} seed {records[0]['seed']} phase {records[0]['phase']} batch "
-                f"{records[0]['batch']} (fingerprints {sorted(prints)})"
+                f"trajectory {records[0]['reference']} seed {records[0]['seed']} phase {records[0]['phase']} batch "
+                f"{records[0]['batch']} (batch digests {sorted(digests)})"
             )

@@ -1,1 +1,1 @@
-"""Benchmark scripts and tools: step, methods, engines, verifier, TRL, scale, gold check, UI screenshots."""
+"""Speed and memory benchmarks: step, methods, engines, verifier, TRL, scale, FSDP, LM head, op counts."""

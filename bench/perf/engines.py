@@ -28,8 +28,8 @@ from bench.engine.engines import vllm_available
 from bench.engine.rollout import HFRolloutEngine
 from bench.errors import CreditBenchError, did_you_mean
 from bench.models.policy import TINY_SIZES, build_tiny, num_parameters
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import TASKS
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 ENGINES = ("hf", "vllm", "vllm-nolp")
 LABELS = {"hf": "HF", "vllm": "vLLM", "vllm-nolp": "vLLM, no log-probs"}
@@ -150,7 +150,7 @@ def markdown(
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = perf_parser(__doc__, "python -m bench.perf.engines")
+    ap = script_parser(__doc__, "python -m bench.perf.engines")
     ap.add_argument("--sizes", nargs="+", default=list(TINY_SIZES))
     ap.add_argument(
         "--settings",

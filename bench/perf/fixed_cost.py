@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 PHASES = ("setup", "base", "mlflow", "build", "eval0", "fit", "eval_final", "finish")
 LABELS = {
@@ -40,7 +40,7 @@ LABELS = {
     "base": "base policy (warm-start cache hit, load)",
     "mlflow": "MLflow (store, run, params)",
     "build": "module, data, trainer",
-    "eval0": "step-0 eval (and credit probe)",
+    "eval0": "step-0 eval (and credit map)",
     "eval_final": "final eval",
     "finish": "result, store, end",
     "fit": "training steps",
@@ -70,7 +70,7 @@ def sweep_spec(config: Path, runs: int, steps: int, problems: int, name: str) ->
 
 def time_sweep(spec: dict[str, Any], root: Path, isolate: bool) -> dict[str, Any]:
     """Run the sweep (one job) and read back each run's wall time, phases and eval history."""
-    from bench.run.result import RunResult
+    from bench.run.result import RunResult, result_path
     from bench.run.timing import read_timing
     from bench.sweep import launch
     from bench.sweep.sweep import load_spec
@@ -106,7 +106,7 @@ def time_sweep(spec: dict[str, Any], root: Path, isolate: bool) -> dict[str, Any
     runs = {}
     for r in loaded.runs:
         timing = read_timing(out / "logs" / f"{r.key}.log")
-        res = RunResult.load(out / "runs" / f"{r.key}.json")
+        res = RunResult.load(result_path(root / "results", spec["name"], r.key))
         phases = {**timing, "process": round(walls[r.key] - sum(timing.values()), 3)}
         numbers = {"history": [dataclasses.asdict(p) for p in res.history], "train": res.train}
         runs[r.key] = {"wall_s": walls[r.key], "phases": phases, "numbers": json.loads(json.dumps(numbers))}
@@ -123,7 +123,7 @@ def summarize(timed: dict[str, Any]) -> dict[str, float]:
 
 
 def main() -> int:
-    ap = perf_parser(__doc__, "python -m bench.perf.fixed_cost")
+    ap = script_parser(__doc__, "python -m bench.perf.fixed_cost")
     ap.add_argument("--config", default="results/configs/embedded_grpo.yaml")
     ap.add_argument("--runs", type=int, default=4, help="runs in each sweep (default 4)")
     ap.add_argument("--steps", type=int, default=2, help="RL steps a run (default 2)")

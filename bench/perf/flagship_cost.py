@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import CreditBenchError
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 WORKER = Path(__file__).parent / "workers" / "flagship_run.py"
 PHASES = ("rollout", "verify", "scoring", "update", "eval", "fixed")
@@ -52,7 +52,7 @@ LABELS = {
     "scoring": "scoring (no-grad passes before the update)",
     "update": "update (forward, backward, optimizer)",
     "eval": "eval (generation, verification, J)",
-    "fixed": "fixed (set-up, MLflow, data, Lightning, the run's credit probe, record)",
+    "fixed": "fixed (set-up, MLflow, data, Lightning, the run's credit map, record)",
 }
 UNCOMPARED = ("policy_dir", "base_checkpoint")  # paths of the checkout that ran it
 
@@ -305,7 +305,7 @@ def notes(data: dict[str, Any]) -> list[str]:
         "left are the per-operation cost and attention, whose CPU kernel is slow at head size 32 beside its "
         "few FLOPs.",
         "- **fixed**: MLflow logging (parameters, metrics, the per-problem and completion tables), Lightning's "
-        "loop, the run's one-off credit probe (its FLOPs are the 11 GFLOP counted here) and the record.",
+        "loop, the run's one-off credit map (its FLOPs are the 11 GFLOP counted here) and the record.",
         "",
         "What half the baseline would take: the matrix products already run near the rate of a large product, "
         "so what is left is the work beside them, some 40 small operations per layer and position batch, each a "
@@ -316,7 +316,7 @@ def notes(data: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = perf_parser(__doc__, "python -m bench.perf.flagship_cost")
+    ap = script_parser(__doc__, "python -m bench.perf.flagship_cost")
     ap.add_argument("--spec", default="results/sweeps/embedded.yaml")
     ap.add_argument("--label", default="grpo")
     ap.add_argument("--seed", type=int, default=0)

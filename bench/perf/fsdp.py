@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def _free_port() -> int:
 
 
 def main() -> int:
-    parser = perf_parser(__doc__, "python -m bench.perf.fsdp")
+    parser = script_parser(__doc__, "python -m bench.perf.fsdp")
     parser.add_argument("--out", default="results/benchmarks/fsdp")
     a = parser.parse_args()
     torch.set_num_threads(1)  # as each worker process computes

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks in one pass, for a CUDA machine that has torch, lightning and transformers but no network, in
 # at most 8 minutes with the wheel installs. The checks, their order, time limits and commands are the plan of
-# bench/perf/gpu_checks.py (`python -m bench.perf.gpu_checks --device cuda` prints it): the figures still open
+# bench/gpu/checks.py (`python -m bench.gpu.checks --device cuda` prints it): the figures still open
 # first (Qwen3-1.7B's throughput, MFU and memory; creditbench against TRL on tiny-8m and at 1.7B; the bf16 chain
 # run to its end), then the GPU tests; those measured already run only when GPU_CHECK_ONLY names them.
 #
@@ -25,7 +25,7 @@
 #
 # Without a CUDA device it says so and stops. GPU_CHECK_DEVICE=cpu runs the same checks at smoke sizes on the
 # CPU instead (a few minutes), to try the script itself: the Hub-sized models then take a smoke shape
-# (bench/perf/placement.py); the numbers say nothing about a GPU.
+# (bench/gpu/placement.py); the numbers say nothing about a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
@@ -49,7 +49,7 @@ START=$SECONDS
 say() { echo "[gpu_check $((SECONDS - START))s] $*"; }
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "${GPU_CHECK_ONLY:-}" ]; then  # a wrong name ends here, before anything is installed
-  "$PY" -m bench.perf.gpu_checks --only $GPU_CHECK_ONLY > /dev/null || exit 2
+  "$PY" -m bench.gpu.checks --only $GPU_CHECK_ONLY > /dev/null || exit 2
 fi
 
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -87,7 +87,7 @@ if [ $? -eq 3 ]; then
   echo "No CUDA device visible to torch: no GPU check was run." > "$OUT/summary.md"
   exit 1
 fi
-"$PY" -m bench.perf.gpu_checks --device "$DEVICE" --res "$RES" ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY} \
+"$PY" -m bench.gpu.checks --device "$DEVICE" --res "$RES" ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY} \
   > "$RES/plan.tsv" || { say "the plan failed"; exit 2; }
 
 STATUS="$RES/status.tsv"

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 
 def timed_sink(spent: list[tuple[str, float]]) -> None:
@@ -154,7 +154,7 @@ def markdown(r: dict[str, Any], m: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = perf_parser(__doc__, "python -m bench.perf.live_metrics")
+    ap = script_parser(__doc__, "python -m bench.perf.live_metrics")
     ap.add_argument("--steps", type=int, default=12, help="RL steps of the run")
     ap.add_argument("--checkpoint-every", type=int, default=4, help="checkpoint every this many steps")
     ap.add_argument("--poll", type=float, default=0.1, help="seconds between the reader's reads of the store")

@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_report
 
 MARK = "LM_HEAD_RESULT "
 MODES = ("whole", "chunked")
@@ -229,7 +229,7 @@ def _report(a, results: dict, agree: dict) -> str:
 
 
 def main() -> int:
-    p = perf_parser(__doc__, "python -m bench.perf.lm_head")
+    p = script_parser(__doc__, "python -m bench.perf.lm_head")
     p.add_argument("--model", default="Qwen/Qwen3-0.6B")
     p.add_argument("--layers", type=int, default=28)
     p.add_argument("--rows", type=int, default=8)

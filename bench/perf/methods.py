@@ -37,8 +37,8 @@ from bench.engine.sampling import RolloutSampler
 from bench.engine.scoring import score_batch
 from bench.engine.step import Optimization, update
 from bench.models.policy import add_lora, build_tiny, num_parameters
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 PROG = "python -m bench.perf.methods"
 G = 4
@@ -167,7 +167,7 @@ class Bench:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = perf_parser(__doc__, PROG)
+    ap = script_parser(__doc__, PROG)
     ap.add_argument("--lengths", nargs="+", type=int, default=[256, 1024, 4096])
     ap.add_argument("--tokens", type=int, default=16384, help="completion tokens per batch (rows = tokens / length)")
     ap.add_argument("--size", default="tiny-500k")

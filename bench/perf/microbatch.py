@@ -25,8 +25,8 @@ from bench.engine.scoring import score_batch
 from bench.engine.step import Optimization, update
 from bench.errors import CreditBenchError
 from bench.models.policy import TINY_SIZES, build_tiny, char_tokenizer
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
 from bench.registry import METHODS
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_report
 
 CASES = {  # aggregation -> (method, options)
     "token-mean": ("dapo", {}),
@@ -103,7 +103,7 @@ def one_update(model: str, case: str, groups: int, g: int, budget: int) -> tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = perf_parser(__doc__, "python -m bench.perf.microbatch")
+    ap = script_parser(__doc__, "python -m bench.perf.microbatch")
     ap.add_argument("--model", default="tiny-2m", help=f"one of {', '.join(TINY_SIZES)}")
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=8)

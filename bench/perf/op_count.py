@@ -49,8 +49,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.perf.op_count_runs import PARTS, PHASES, SYNCS, count_ops
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 PROG = "python -m bench.perf.op_count"
 MARK = "BENCH_OP_COUNT_RESULT "
@@ -202,7 +202,7 @@ def markdown(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = perf_parser(__doc__, PROG)
+    ap = script_parser(__doc__, PROG)
     ap.add_argument("--models", nargs="+", default=list(MODELS), help=f"among {', '.join(MODELS)}")
     ap.add_argument("--steps", type=int, default=2, help="measured RL steps per run")
     ap.add_argument("--warmup", type=int, default=1, help="RL steps before the measured ones")

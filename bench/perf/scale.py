@@ -19,7 +19,7 @@ utilisation (6 x parameters x completion tokens per second of the update phase, 
 peak: prompt tokens and activation recomputation are not counted, so it is a lower bound) and the memory
 that bench.run.plan estimates for the run (which leaves out HF generation's KV cache).
 
-A model over 100M parameters runs on ``--device cuda`` only (bench.perf.placement: its forwards on the CPU
+A model over 100M parameters runs on ``--device cuda`` only (bench.gpu.placement: its forwards on the CPU
 would take minutes; GPU_CHECK_DEVICE=cpu swaps in a smoke shape). The run evaluates and searches its credit
 probe on one problem (a random model's rewards never mix, so the probe would sample every eval problem in
 vain) and saves no checkpoint or policy. With ``--time-limit`` an engine's run that is still going when the
@@ -40,8 +40,9 @@ import threading
 import time
 from pathlib import Path
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_report
-from bench.perf.placement import parse_overrides, place, save_model
+from bench.atomic import write_atomic
+from bench.gpu.placement import parse_overrides, place, save_model
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_report
 
 PROG = "python -m bench.perf.scale"
 STEP_KEYS = ("time/rollout_s", "time/score_s", "time/update_s", "time/sync_s", "time/step_s", "train/tokens")
@@ -58,12 +59,12 @@ def peak_tflops(gpu_name: str | None) -> float | None:
     return next((v for k, v in PEAK_BF16_TFLOPS.items() if gpu_name and k in gpu_name), None)
 
 
-def _plan(cfg, gpu_gb: float) -> dict:
+def _memory_plan(cfg, gpu_gb: float) -> dict:
     """bench.run.plan's estimate for ``cfg`` (its parameter count and memory per process)."""
-    from bench.run.plan import plan
+    from bench.run.plan import memory_plan
 
     try:
-        p = plan(cfg, gpu_gb=gpu_gb, load_data=False)
+        p = memory_plan(cfg, gpu_gb=gpu_gb, load_data=False)
     except Exception as e:  # an estimate that cannot be made does not stop the measurement
         return {"params": None, "plan_gb": None, "plan": f"no estimate: {type(e).__name__}: {e}"}
     return {"params": p.params, "plan_gb": p.total_gb, "plan": p.line()}
@@ -85,7 +86,7 @@ def _config(args: argparse.Namespace):
     cfg.rl.minibatches = args.minibatches
     cfg.rl.lr = 1e-6
     cfg.rl.sampling = type(cfg.rl.sampling)(max_new_tokens=args.new_tokens)
-    # one eval problem: the credit probe searches the eval problems for mixed rewards, which a random model never has
+    # one eval problem: the credit map searches the eval problems for mixed rewards, which a random model never has
     cfg.eval.every, cfg.eval.n, cfg.eval.k, cfg.eval.num_problems = 10**6, 1, [1], 1
     cfg.eval.sampling = type(cfg.eval.sampling)(max_new_tokens=8)
     cfg.checkpoint.every, cfg.checkpoint.policy = 0, False  # a Hub-sized save would cost more than the steps
@@ -126,9 +127,7 @@ def _keep_writing(path: Path, measure, every_s: float = 5.0) -> threading.Event:
     def loop():
         while not stop.wait(every_s):
             try:
-                tmp = path.with_name(f".{path.name}.tmp")
-                tmp.write_text(json.dumps(measure()))
-                os.replace(tmp, path)
+                write_atomic(path, json.dumps(measure()))
             except Exception:  # noqa: BLE001 - a busy store: the next round writes it
                 continue
 
@@ -147,7 +146,7 @@ def _one(args: argparse.Namespace) -> None:
     fixed = {
         "engine": args.engine,
         "peak_tflops": peak_tflops(gpu.name if gpu else None),
-        **_plan(cfg, gpu.total_memory / 1e9 if gpu else 80.0),
+        **_memory_plan(cfg, gpu.total_memory / 1e9 if gpu else 80.0),
     }
     if gpu:
         torch.cuda.reset_peak_memory_stats()
@@ -261,7 +260,7 @@ def _engine_run(engine: str, args: argparse.Namespace, argv: list[str], tmp: Pat
 def main(argv: list[str] | None = None) -> int:
     """Save the random checkpoint, run each engine in its own process, write the report."""
     t_start = time.monotonic()
-    ap = perf_parser(__doc__, PROG)
+    ap = script_parser(__doc__, PROG)
     ap.add_argument("--model", default="Qwen/Qwen3-1.7B", help="an architecture of bench.models.hub_archs")
     ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
     ap.add_argument("--steps", type=int, default=4)

@@ -34,8 +34,8 @@ from bench.engine.scoring import score
 from bench.errors import CreditBenchError
 from bench.models.policy import build_tiny, num_parameters
 from bench.numerics import aggregate
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
 from bench.registry import METHODS, TASKS
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 PRECISIONS = {"32-true": "fp32", "bf16-mixed": "bf16 autocast"}
 PHASES = ("time/rollout_s", "time/verify_s", "time/score_s", "time/update_s", "time/step_s")
@@ -133,7 +133,7 @@ def markdown(results: list[dict], method: str, task: str, steps: int, host: str,
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = perf_parser(__doc__, "python -m bench.perf.step")
+    ap = script_parser(__doc__, "python -m bench.perf.step")
     ap.add_argument("--sizes", nargs="+", default=["tiny-500k", "tiny-2m", "tiny-8m"])
     ap.add_argument("--steps", type=int, default=6, help="measured steps per setting (after 2 warm-up steps)")
     ap.add_argument("--method", default="grpo", help="a registered method (its paper config, with beta 0 and 0.04)")

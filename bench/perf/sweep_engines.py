@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
+from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 DONE = re.compile(r"\[\d+/\d+\] (\S+): done in ([\d.]+) s")
 
@@ -116,10 +116,11 @@ def node_lost(spec: Path, root: Path) -> dict[str, Any]:
     out = Path(timed["out"])
     lost = sorted(p.name.split(".lost-")[0] for p in (out / "logs").glob("*.lost-*.log"))
     redone = {}
+    from bench.run.result import result_path
     from bench.run.timing import read_timing
 
     for key in lost:
-        n = int(json.loads((out / "runs" / f"{key}.json").read_text())["steps"])
+        n = int(json.loads(result_path(out.parent, out.name, key).read_text())["steps"])
         fit = read_timing(out / "logs" / f"{key}.log").get("fit", 0.0)
         since = next((s for d, s in state.get("since_checkpoint_s", {}).items() if d.startswith(key)), None)
         per_step = fit / n if n and fit else None
@@ -132,7 +133,7 @@ def node_lost(spec: Path, root: Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = perf_parser(__doc__, "python -m bench.perf.sweep_engines")
+    ap = script_parser(__doc__, "python -m bench.perf.sweep_engines")
     ap.add_argument("--spec", default="results/sweeps/embedded-quick.yaml")
     ap.add_argument("--out", default="results/benchmarks")
     a = ap.parse_args()

@@ -10,7 +10,7 @@ Needs the ``trl`` extra (``pip install -e '.[trl]'``: trl 1.16.0; it is used by 
 (each run's peak GPU memory is in the json, ``peak_gpu_mib``; the tables keep the processes' RSS).
 A size may also be an architecture of ``bench.models.hub_archs`` (randomly initialised with its full vocabulary,
 ``--shrink`` overriding config fields; over 100M parameters on ``--device cuda`` only, see
-bench.perf.placement); ``--prompts`` sets the prompts a step (fewer fit a Hub size's fp32 logits and
+bench.gpu.placement); ``--prompts`` sets the prompts a step (fewer fit a Hub size's fp32 logits and
 activations on one GPU) and ``--runs`` the configurations run (default: all, below). After every run the
 report is rewritten from the runs done so far, so a script stopped early keeps them; with ``--time-limit``
 the run that would end past it is stopped and the script ends there.
@@ -72,22 +72,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.gpu.placement import Placement, parse_overrides, place, save_model
 from bench.perf import trl_runs
-from bench.perf.common import machine, machine_line, md_table, perf_parser, run_script, write_outputs
-from bench.perf.placement import Placement, parse_overrides, place, save_model
-from bench.perf.trl_runs import CREDITBENCH_BEST, CREDITBENCH_MATCHED, MAX_NEW, PROMPTS, SEED, G, creditbench_adamw
+from bench.perf.trl_report import PROG, markdown
+from bench.perf.trl_runs import CREDITBENCH_BEST, CREDITBENCH_MATCHED, PROMPTS, SEED, creditbench_adamw
+from bench.script import machine, run_script, script_parser, write_outputs
 
-PROG = "python -m bench.perf.trl"
 # (framework, setting) in the order each repetition runs them: frameworks alternate.
 RUNS = [("creditbench", "matched"), ("trl", "matched"), ("creditbench", "best"), ("trl", "defaults"), ("floor", "fp32")]
 MARK = "BENCH_TRL_RESULT "
 NOTES = "## What the profile showed"  # trl.md keeps this section (and what follows) across reruns
 FIGURES = ("step_s", "cpu_s", "tokens_per_s", "peak_rss_mib")
-RATIO_COLUMNS = (
-    "size | params | setting | creditbench step s | TRL step s | step ratio | creditbench speed-up | tokens/s ratio "
-    "| peak memory ratio | creditbench step / floor | TRL step / floor | floor s | CPU-time ratio "
-    "| creditbench CPU / floor CPU"
-)
 PAIRS = (("matched", "creditbench/matched", "trl/matched"), ("best", "creditbench/best", "trl/defaults"))
 
 
@@ -173,104 +168,8 @@ def aggregate_size(size: str, params: int, runs: dict) -> dict:
     return out
 
 
-def _f(x: float | None, fmt: str) -> str:
-    return "–" if x is None else format(x, fmt)
-
-
-def _size(r: dict) -> str:
-    return r["size"] + (" (cut down)" if r.get("shape") else "")  # --shrink, or the CPU's smoke shape
-
-
-def _extra_args(a) -> str:
-    """The options beyond the first report's (its committed json has none of them) as they were given."""
-    given = {"prompts": [] if getattr(a, "prompts", PROMPTS) == PROMPTS else [a.prompts]}
-    given.update(runs=getattr(a, "runs", None) or [], shrink=getattr(a, "shrink", None) or [])
-    return "".join(f" --{k} {' '.join(map(str, v))}" for k, v in given.items() if v)
-
-
-def markdown(results: list[dict], host: dict, a, load: tuple, wall_s: float) -> str:
-    busy = (
-        f" (above {host['cpus']} CPUs: other work competed for the cores, so the times are inflated and noisy)"
-        if load[2] > (host["cpus"] or 1) * 0.75
-        else ""
-    )
-    device = getattr(a, "device", "cpu")  # the reports of CPU runs before --device have none
-    device = "" if device == "cpu" else f" --device {device}"
-    ratios = []
-    for r in results:
-        for label, name in (("matched", "matched"), ("best", "best vs TRL defaults")):
-            if label not in r:  # a pair that did not run
-                continue
-            m = r[label]
-            ratios.append(
-                [
-                    _size(r),
-                    f"{r['params']:,}",
-                    name,
-                    f"{m['creditbench_step_s']:.3f}",
-                    f"{m['trl_step_s']:.3f}",
-                    f"{m['step_ratio']:.2f}",
-                    f"{m['speedup']:.2f}x",
-                    f"{m['tokens_per_s_ratio']:.2f}",
-                    f"{m['peak_rss_ratio']:.2f}",
-                    _f(m["creditbench_over_floor"], ".2f"),
-                    _f(m["trl_over_floor"], ".2f"),
-                    _f(r["floor_s"], ".3f"),
-                    f"{m['cpu_ratio']:.2f}",
-                    _f(m["creditbench_over_floor_cpu"], ".2f"),
-                ]
-            )
-    absolute = [
-        [
-            _size(r),
-            key,
-            f"{m['step_s']:.3f} [{', '.join(f'{x:.3f}' for x in m['step_s_reps'])}]",
-            f"{m['cpu_s']:.3f}",
-            f"{m['tokens_per_s']:,.0f}",
-            f"{m['peak_rss_mib']:,.0f}",
-        ]
-        for r in results
-        for key, m in r["runs"].items()
-    ]
-    lines = [
-        f"# creditbench against TRL's GRPOTrainer ({machine_line(host, 'transformers', 'trl')})",
-        "",
-        (
-            f"`{PROG} --sizes {' '.join(a.sizes)} --reps {a.reps} --steps {a.steps} --warmup {a.warmup} "
-            f"--threads {host['torch_threads']}{device}{_extra_args(a)}`. "
-            "GRPO on arithmetic, "
-            f"{getattr(a, 'prompts', PROMPTS)} prompts x G={G}, up to {MAX_NEW} new tokens at temperature 1, no KL, "
-            "one optimizer step per generation batch, random weights (a tiny Qwen3, or the Hub architecture named) "
-            "loaded from the same directory by both. Each figure is "
-            f"the median over {a.reps} repetitions of one subprocess's median step after {a.warmup} warm-up steps "
-            "(frameworks alternate within a repetition). **matched**: both fp32, no gradient checkpointing, "
-            'seq-mean-token-mean aggregation (TRL `loss_type="grpo"`), the same AdamW code '
-            f'(TRL `optim="{host.get("creditbench_adamw", "adamw_torch")}"`). **best vs defaults**: '
-            "creditbench's fastest settings "
-            f"({', '.join(f'{k}={v}' for k, v in CREDITBENCH_BEST.items())}) against TRL's defaults (bf16 autocast, "
-            'gradient checkpointing, `loss_type="dapo"`, fused AdamW). Floor: bare `generate` + one '
-            "forward/backward + AdamW step over the same tokens, fp32. Ratios are creditbench / TRL (step "
-            "time and memory: lower is better for creditbench; tokens/s: higher). Peak memory is each "
-            f"process's max RSS. CPU flags seen: {', '.join(host['cpu_flags']) or 'none'}; load average "
-            f"(1 min) {load[0]:.1f} before, {load[1]:.1f} after, {load[2]:.1f} at most between runs{busy}; the whole "
-            f"run took {wall_s / 60:.1f} min."
-        ),
-        "",
-        *md_table(RATIO_COLUMNS, ratios, align="lrl" + "r" * 11),
-        "",
-        (
-            "Absolute figures (median over repetitions; every repetition's step time in brackets). CPU s is "
-            "the process's CPU time per step (all its torch threads; not the grader's worker processes): "
-            "it moves much less than wall time when other work takes the cores."
-        ),
-        "",
-        *md_table("size | run | step s | CPU s | tokens/s | peak RSS MiB", absolute, align="lllrrr"),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _parser() -> argparse.ArgumentParser:
-    ap = perf_parser(__doc__, PROG)
+    ap = script_parser(__doc__, PROG)
     ap.add_argument("--sizes", nargs="+", default=["tiny-500k", "tiny-2m", "tiny-8m"])
     ap.add_argument("--reps", type=int, default=3, help="repetitions (each configuration in a fresh process)")
     ap.add_argument("--steps", type=int, default=5, help="measured RL steps per run")

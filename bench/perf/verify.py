@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 
-from bench.perf.common import machine, machine_line, md_table, perf_parser, write_report
-from bench.perf.gold_check import shifted
+from bench.gold_check import shifted
 from bench.registry import TASKS
+from bench.script import machine, machine_line, md_table, script_parser, write_report
 
 REASONING = "Let us work through the problem step by step. First we simplify the expression; then we check the cases. "
 
@@ -120,7 +120,7 @@ def markdown(res: list[dict], env: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = perf_parser(__doc__, "python -m bench.perf.verify")
+    ap = script_parser(__doc__, "python -m bench.perf.verify")
     ap.add_argument("--data-dir", default="../shared/data")
     ap.add_argument("--math-items", type=int, default=2000)
     ap.add_argument("--workers", default="0,1,2", help="math grader workers (0: inline)")

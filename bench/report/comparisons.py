@@ -22,13 +22,15 @@ import numpy as np
 
 from bench.errors import CreditBenchError
 from bench.report import inference, sequential
-from bench.report.stats import mean_interval, pass_at_k_per_problem, t_interval
 from bench.run.result import RunResult
-from bench.sweep.spec import Analysis
+from bench.stats import format as fmt
+from bench.stats.intervals import mean_interval, t_interval
+from bench.stats.metrics import pass_at_k_per_problem
+from bench.stats.paired import MIN_SEEDS
+from bench.sweep.analysis import Analysis
 
 BOUNDED = ("pass_at_", "avg_at_", "auc_", "base_pass_at_1", "truncated_frac", "greedy", "train_reward", "credit_")
 """Metrics on [0, 1] (their differences on [-1, 1]); every other report metric is >= 0."""
-MIN_SEEDS = inference.MIN_SEEDS
 
 
 def bounded(metric: str) -> bool:
@@ -37,7 +39,7 @@ def bounded(metric: str) -> bool:
 
 def interval(values: Sequence[float | None], metric: str, level: float = 0.95) -> dict[str, Any]:
     """Mean and interval over seeds of one metric, inside its range: for [0, 1] metrics the
-    arcsine-root t-interval (bench.report.stats.mean_interval), else the Student-t interval cut at 0.
+    arcsine-root t-interval (bench.stats.intervals.mean_interval), else the Student-t interval cut at 0.
     Fewer than 3 defined values: the mean alone (lo and hi None), as the report's standards require."""
     out = t_interval(values, level)
     defined = [float(v) for v in values if v is not None and math.isfinite(float(v))]
@@ -80,6 +82,11 @@ def scores(run: RunResult, ev: str, metric: str) -> Any:
     return float(point.eval[ev][metric])
 
 
+def where(model: str, task: str) -> str:
+    """How a comparison names the model and training task it was made on: "task (model)"."""
+    return f"{task} ({model})"
+
+
 def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[str, Any] | None:
     """The family of comparisons on the primary metric (see the module docstring) as a JSON-ready
     dict: ``assessment`` (bench.report.inference.Assessment.to_dict) and its markdown; None when no
@@ -92,12 +99,11 @@ def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
         groups[(r.model, r.task)][r.label][r.seed] = scores(r, r.task, analysis.metric)
         n_samples[(r.model, r.task)] = getattr(r, "eval_n", 0) or None
     comparisons, credit = [], []
-    placebos = {c for cs in analysis.credit_controls.values() for c in cs if c.endswith("-placebo")}
     for (model, task), by_label in groups.items():
-        where = f"{task} ({model})"
+        on = where(model, task)
         controlled = {lab: c for lab, c in analysis.controls.items() if lab in by_label and c in by_label}
-        main = {lab: s for lab, s in by_label.items() if lab not in controlled and lab not in placebos}
-        settings = (where, analysis.metric, analysis.margin, 0.95, n_samples[(model, task)])
+        main = {lab: s for lab, s in by_label.items() if lab not in controlled and analysis.control(lab) != "placebo"}
+        settings = (on, analysis.metric, analysis.margin, 0.95, n_samples[(model, task)])
         pairs = [(baseline, lab) for lab in sorted(main) if lab != baseline] if baseline in main else []
         for control, lab in pairs + [(c, lab) for lab, c in controlled.items()]:  # each pair on its own variance
             comparisons.append(inference.compare({control: by_label[control], lab: by_label[lab]}, control, *settings))
@@ -132,18 +138,14 @@ def sequential_family(runs: list[RunResult], analysis: Analysis) -> dict[str, An
     pair's differences in ascending seed order, the seeds both labels have from the first on:
     ``{analysis, markdown, needs}``, ``needs`` the seeds each label must have for the next round
     (every label of an open comparison, at its next look)."""
-    seq_spec = analysis.sequential or {}
-    schedule = sequential.Schedule(seq_spec["first"], seq_spec["step"], seq_spec["cap"], seq_spec["spending"])
+    schedule = analysis.sequential
     pairs = credit_pairs(runs, analysis)
     diffs = {}
     for name, p in pairs.items():
         seeds = sorted(p["diffs"])
         diffs[name] = [p["diffs"][s] for s in seeds]
     result = sequential.analyse(diffs, schedule, analysis.alpha, analysis.margin)
-    needs: dict[str, int] = {}
-    for name, n in sequential.seeds_to_run(result, schedule).items():
-        for lab in (pairs[name]["method"], pairs[name]["control"]):
-            needs[lab] = max(needs.get(lab, 0), n)
+    needs = sequential.per_label(sequential.seeds_to_run(result), pairs)
     return {"analysis": result.to_dict(), "markdown": sequential.markdown(result), "needs": needs}
 
 
@@ -202,7 +204,7 @@ def blame_markdown(rows: list[dict[str, Any]]) -> list[str]:
         return []
 
     def f(ci: dict) -> str:  # the probe and the base policy are the same for every seed: one value, no interval
-        return "–" if ci.get("mean") is None else f"{ci['mean']:.3f}"
+        return fmt.number(ci.get("mean"))
 
     out = [
         "## Blame alignment",

@@ -1,6 +1,6 @@
 """Per-method table of a sweep: pass@1 before and after, and where each method put its credit.
 
-    python -m bench.report.credit_maps --sweep methods [--results_dir results] [--out results/methods/credit.md]
+    creditbench credit-maps --sweep methods [--results_dir results] [--out results/methods/credit.md]
 
 Reads the sweep's run summaries (results/<sweep>/runs/*.json, as the report does), in the order of
 the spec the sweep ran: the first and last eval pass@1 of the training task, the means over the RL
@@ -66,31 +66,3 @@ def table(rs: list[dict]) -> str:
             f"{r['credit_mass_early']:.2f} / {r['credit_mass_middle']:.2f} / {r['credit_mass_late']:.2f} |"
         )
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from bench.run.args import ArgumentParser
-
-    ap = ArgumentParser(prog="python -m bench.report.credit_maps", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sweep", required=True)
-    ap.add_argument("--results_dir", default="results", help="where the sweeps' folders are (default: results)")
-    ap.add_argument("--out", default=None, help="default: <results_dir>/<sweep>/credit.md")
-    a = ap.parse_args(argv)
-    text = table(rows(a.results_dir, a.sweep))
-    out = Path(a.out or Path(a.results_dir) / a.sweep / "credit.md")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    from bench.errors import CreditBenchError
-
-    try:
-        raise SystemExit(main())
-    except CreditBenchError as e:  # no finished runs, an unknown option: one line
-        print(f"python -m bench.report.credit_maps: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None

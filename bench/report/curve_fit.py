@@ -7,7 +7,7 @@ C = 0, fixed, not fitted), A in [0, 1] the asymptote, B > 0 the efficiency expon
 compute at half the gain (Khatri et al. 2025, "The Art of Scaling Reinforcement Learning Compute for
 LLMs", arXiv 2510.13786, Eq. 1). Intervals are percentile 95% intervals of a bootstrap over seeds.
 
-    python -m bench.report.curve_fit --sweep NAME      prints the Markdown table for a sweep's runs
+    creditbench curve-fit --sweep NAME      prints the Markdown table for a sweep's runs
 
 Departures from the paper:
 1. C is training samples, not GPU-hours (the sweep's budget unit), and no early window is dropped:
@@ -28,7 +28,7 @@ from scipy.optimize import least_squares
 from scipy.special import expit
 
 from bench.errors import CreditBenchError
-from bench.run.result import RunResult, load_runs
+from bench.run.result import RunResult
 
 B_RANGE = (0.1, 5.0)
 A_WIDTH = 0.1
@@ -223,7 +223,7 @@ def _cell(fit: Fit | None, interval: dict | None, key: str, fmt: str) -> str:
     return f"{getattr(fit, key):{fmt}}{'*' * (key in fit.at_bound)}{ci}"
 
 
-def markdown(fits: list[dict]) -> list[str]:
+def markdown_lines(fits: list[dict]) -> list[str]:
     """A table of fit_label results (with fit_sweep's ``extrapolation`` where present)."""
     lines = [
         "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) against training samples C; 95% intervals from a "
@@ -246,26 +246,3 @@ def markdown(fits: list[dict]) -> list[str]:
         b = _cell(f["fit"], None, "B", ".2f")
         lines.append(f"| {f['label']} | {f['task']} | {f['model']} | {a} | {c_mid} | {b} | {extra} | {verdict} |")
     return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    from bench.run.args import ArgumentParser
-
-    ap = ArgumentParser(prog="python -m bench.report.curve_fit", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sweep", required=True)
-    ap.add_argument("--results_dir", default="results", help="where the sweeps' folders are (default: results)")
-    ap.add_argument("--n_boot", type=int, default=1000, help="bootstrap resamples of the seeds (default: 1000)")
-    ap.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed (default: 0)")
-    a = ap.parse_args(argv)
-    print("\n".join(markdown(fit_sweep(load_runs(a.results_dir, a.sweep), n_boot=a.n_boot, seed=a.seed))))
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    try:
-        raise SystemExit(main())
-    except CreditBenchError as e:  # an unknown sweep, a run without the metric: one line
-        print(f"python -m bench.report.curve_fit: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None

@@ -25,8 +25,8 @@ The word after ``results:`` names the source, relative to results/:
 
 Each block ends with a link to its source, relative to the page it is in.
 
-    python -m bench.report.docs_tables            rewrite every block of README.md and docs/**/*.md
-    python -m bench.report.docs_tables --check    rewrite nothing; exit 1 naming the pages that differ
+    creditbench docs-tables            rewrite every block of README.md and docs/**/*.md
+    creditbench docs-tables --check    rewrite nothing; exit 1 naming the pages that differ
 
 Rerun it after a benchmark or sweep rewrote its files under results/; tests/test_docs.py fails while
 a page and its sources disagree.
@@ -34,15 +34,14 @@ a page and its sources disagree.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from bench.errors import CreditBenchError
+from bench.stats import format as fmt
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository: README.md, docs/ and results/ live here."""
@@ -52,13 +51,9 @@ BLOCK = re.compile(r"(<!-- results:(?P<source>[^ ]+) -->\n)(?P<body>.*?)(<!-- /r
 
 # ---------------------------------------------------------------------------------- formatting
 def _ci(ci: dict | None, signed: bool = False) -> str:
-    """``mean [lo, hi]`` of a t-interval dict (bench/report/stats.py), as summary.md writes it."""
-    if not ci or ci.get("mean") is None:
-        return "–"
-    f = "{:+.3f}" if signed else "{:.3f}"
-    if ci.get("lo") is None:
-        return f.format(ci["mean"])
-    return f"{f.format(ci['mean'])} [{f.format(ci['lo'])}, {f.format(ci['hi'])}]"
+    """``mean [lo, hi]`` of a t-interval dict (bench/stats/intervals.py), as summary.md writes it."""
+    ci = ci or {}
+    return fmt.interval(ci.get("mean"), ci.get("lo"), ci.get("hi"), "+.3f" if signed else ".3f")
 
 
 def _duration(seconds: float) -> str:
@@ -67,7 +62,9 @@ def _duration(seconds: float) -> str:
 
 
 def _report(results: Path, sweep: str) -> dict[str, Any]:
-    path = results / sweep / "report.json"
+    from bench.sweep.sweep import report_path
+
+    path = report_path(results, sweep)
     if not path.is_file():
         raise CreditBenchError(f"{path} not found: run the sweep {sweep!r} or `creditbench summarize --sweep {sweep}`")
     return json.loads(path.read_text())
@@ -176,7 +173,8 @@ def sweep_section(results: Path, sweep: str, kind: str) -> tuple[str, str]:
 
     report = _report(results, sweep)
     lines = budget_markdown(report.get("budgets") or []) if kind == "budget" else []
-    lines = tuning.markdown(report["tuning"]) if kind in ("tuning", "sensitivity") and report.get("tuning") else lines
+    if kind in ("tuning", "sensitivity") and report.get("tuning"):
+        lines = tuning.markdown_lines(report["tuning"])
     if kind == "sensitivity":  # the tuning section's second table: each pair's comparison at every rate
         start = next((i for i, line in enumerate(lines) if line.startswith("| method vs twin |")), len(lines))
         lines = lines[start:]
@@ -286,32 +284,3 @@ def render(page: Path, results: Path) -> str:
 def pages(root: Path) -> list[Path]:
     """README.md and every Markdown page under docs/."""
     return [p for p in [root / "README.md", *sorted((root / "docs").rglob("*.md"))] if p.is_file()]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.report.docs_tables", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page differs from its sources")
-    ap.add_argument("--root", type=Path, default=ROOT, help="the repository (README.md, docs/, results/)")
-    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    stale = []
-    try:
-        for page in pages(a.root):
-            text = render(page, a.root / "results")
-            if text != page.read_text():
-                stale.append(page.relative_to(a.root).as_posix())
-                if not a.check:
-                    page.write_text(text)
-    except CreditBenchError as e:
-        print(f"docs_tables: error: {e}", file=sys.stderr)
-        return 2
-    if a.check and stale:
-        print(
-            f"out of date with results/: {', '.join(stale)} (run: python -m bench.report.docs_tables)", file=sys.stderr
-        )
-        return 1
-    print(("rewrote " + ", ".join(stale)) if stale and not a.check else "every results block is current")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -30,6 +30,7 @@ from bench.report.plots.common import STYLE, LineStyle, mpl, save
 from bench.report.plots.curves import _human
 from bench.report.summary import _curves, _mean_curve, load_runs
 from bench.run.result import RunResult
+from bench.stats import format as fmt
 
 COLUMNS = ("family", "label", "task", "model", "control", "metric", "mean", "mean_lo", "mean_hi")
 COLUMNS += ("diff", "diff_lo", "diff_hi", "p", "p_holm", "verdict")
@@ -82,15 +83,7 @@ def _family_rows(family: str, a: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _ci(row: dict[str, Any], key: str, signed: bool = False) -> str:
-    f = "+.3f" if signed else ".3f"
-    v, lo, hi = row[key], row[f"{key}_lo"], row[f"{key}_hi"]
-    if v is None:
-        return "–"
-    return f"{v:{f}}" if lo is None or hi is None else f"{v:{f}} [{lo:{f}}, {hi:{f}}]"
-
-
-def _p(p: float | None) -> str:
-    return "–" if p is None else ("<0.001" if p < 1e-3 else f"{p:.3f}")
+    return fmt.interval(row[key], row[f"{key}_lo"], row[f"{key}_hi"], "+.3f" if signed else ".3f")
 
 
 HEADER = ("label", "task", "model", "control", "mean [95% CI]", "diff to control [95% CI]", "p", "p_Holm", "verdict")
@@ -100,7 +93,7 @@ def _table(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """HEADER and each row's cells as text; a leading family column where the rows hold two families."""
     names = [[str(r[k]) for k in ("label", "task", "model", "control")] for r in rows]
     cells = [
-        [*n, _ci(r, "mean"), _ci(r, "diff", signed=True), _p(r["p"]), _p(r["p_holm"]), r["verdict"]]
+        [*n, _ci(r, "mean"), _ci(r, "diff", signed=True), fmt.p_value(r["p"]), fmt.p_value(r["p_holm"]), r["verdict"]]
         for n, r in zip(names, rows)
     ]
     if len({r["family"] for r in rows}) > 1:

@@ -10,32 +10,29 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.bases.fingerprint import describe
+from bench.atomic import atomic_path, write_atomic
+from bench.environment.fingerprint import describe
 from bench.report import per_update
 from bench.report.comparisons import blame_markdown
 from bench.report.summary import build_report, load_runs
+from bench.stats import format as fmt
 from bench.sweep import tuning
 from bench.sweep.sweep import Sweep
 
 
-def _fmt(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
+def _fmt(ci: dict | None, digits: int = 3, scale: float = 1.0, signed: bool = False) -> str:
+    """A t-interval dict (bench.stats.intervals) divided by ``scale``; a target some seeds never reached
+    says how many did."""
+    if ci and ci.get("mean") is None and ci.get("reached") is not None and not signed:
+        return f"not reached ({ci['reached']}/{ci['n']})"
     if not ci or ci.get("mean") is None:
-        if ci and ci.get("reached") is not None:
-            return f"not reached ({ci['reached']}/{ci['n']})"
-        return "–"
-    if ci.get("lo") is None:
-        return f"{ci['mean'] / scale:.{digits}f}"
-    m, lo, hi = (ci[k] / scale for k in ("mean", "lo", "hi"))
-    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+        return fmt.DASH
+    lo, hi = (None, None) if ci.get("lo") is None else (ci["lo"] / scale, ci["hi"] / scale)
+    return fmt.interval(ci["mean"] / scale, lo, hi, f"{'+' if signed else ''}.{digits}f")
 
 
-def _signed(ci: dict | None, digits: int = 3, scale: float = 1.0) -> str:
-    if not ci or ci.get("mean") is None:
-        return "–"
-    if ci.get("lo") is None:
-        return f"{ci['mean'] / scale:+.{digits}f}"
-    m, lo, hi = (ci[k] / scale for k in ("mean", "lo", "hi"))
-    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+def _signed(ci: dict | None) -> str:
+    return _fmt(ci, signed=True)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -89,7 +86,7 @@ def markdown(report: dict[str, Any]) -> str:
         out.append("")
     out += [f"Inert credit: `{label}`: {why}." for label, why in inert.items()]
     out += [""] if inert else []
-    out += tuning.markdown(report["tuning"]) if report.get("tuning") else []
+    out += tuning.markdown_lines(report["tuning"]) if report.get("tuning") else []
     out += budget_markdown(report.get("budgets") or [])
     out += _analysis_markdown(report.get("analysis") or {}, base)
     if report.get("robust"):
@@ -216,30 +213,21 @@ def write_files(report: dict[str, Any], out: Path, plots: bool = True) -> list[P
     """report.json, summary.md, summary.csv and the figures, each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
     written = [
-        _atomic(out / "report.json", json.dumps(report, indent=1)),
-        _atomic(out / "summary.md", markdown(report) + "\n"),
+        write_atomic(out / "report.json", json.dumps(report, indent=1)),
+        write_atomic(out / "summary.md", markdown(report) + "\n"),
     ]
     rows = csv_rows(report)
     fields = list(dict.fromkeys(k for r in rows for k in r))
-    tmp = out / "summary.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
+    with atomic_path(out / "summary.csv") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-    tmp.replace(out / "summary.csv")
     written.append(out / "summary.csv")
     if plots:
         from bench.report.plots import write_plots
 
         written += write_plots(report, out)
     return written
-
-
-def _atomic(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
 
 
 def _with_inert(report: dict[str, Any], sweep: Sweep) -> None:

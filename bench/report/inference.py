@@ -33,15 +33,14 @@ variance into training and eval sampling (``estimate_variance_components``) is u
    the sign of d), else "inconclusive".
 6. Minimum detectable difference: MDE = (t_{1-a'/2, df} + t_{power, df}) * sigma * sqrt(2/S)
    with a' = alpha/m (Bonferroni, which is Holm's first step: conservative) for m comparisons.
-   At design time (``design_mde``) sigma^2 = sd_train^2 + sd_item^2 / (n P), where sd_item^2 =
-   mean_i p_i(1-p_i) is the binomial variance of one sample of a problem (the between-problem
-   variance cancels: every run sees the same problems) and sd_train is the training sd of e_ms.
+   At design time, before any run, sigma comes from a pilot's variance components
+   (bench.report.sizing).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,9 +48,13 @@ import numpy as np
 from scipy import stats
 
 from bench.errors import CreditBenchError
-from bench.report.stats import benjamini_hochberg, holm, mde, mean_interval, seed_span
+from bench.stats import format as fmt
+from bench.stats.family import benjamini_hochberg, holm
+from bench.stats.intervals import mean_interval
+from bench.stats.paired import MIN_SEEDS
+from bench.stats.power import mde
+from bench.stats.verdict import Verdict
 
-MIN_SEEDS = 3
 FEW_SEEDS_NOTE = (
     "fewer than {min} seeds common to all labels ({s}): a run-to-run sd from so few seeds is too unreliable "
     "for an interval or a test, so only the values are given; run more seeds"
@@ -131,7 +134,9 @@ class Comparison:
         return asdict(self)
 
 
-def _run_means(scores: Mapping[str, Mapping[int, Any]]) -> tuple[dict[str, dict[int, float]], int | None]:
+def run_means(scores: Mapping[str, Mapping[int, Any]]) -> tuple[dict[str, dict[int, float]], int | None]:
+    """Each run's mean score (``scores[label][seed]``: per-problem values or a run value) and the number
+    of problems every run scored (None for run-level values)."""
     sizes, means = set(), {}
     for label, runs in scores.items():
         means[label] = {}
@@ -163,11 +168,11 @@ def compare(
         raise CreditBenchError(f"baseline {baseline!r} has no runs; labels with runs: {', '.join(sorted(scores))}")
     if len(scores) < 2:
         raise CreditBenchError(f"a comparison needs the baseline and at least one other label, got {sorted(scores)}")
-    means, n_problems = _run_means(scores)
+    means, n_problems = run_means(scores)
     labels = [baseline] + sorted(lab for lab in means if lab != baseline)
     seeds = sorted(set.intersection(*(set(means[lab]) for lab in labels)))
     dropped = {lab: sorted(set(means[lab]) - set(seeds)) for lab in labels if set(means[lab]) - set(seeds)}
-    notes = [f"{lab}: seeds {seed_span(s)} left out (not run for every label)" for lab, s in dropped.items()]
+    notes = [f"{lab}: seeds {fmt.seed_span(s)} left out (not run for every label)" for lab, s in dropped.items()]
     if n_problems is None:
         notes.append(RUN_LEVEL_NOTE)
     if not seeds:
@@ -211,7 +216,7 @@ class Row:
     p_holm: float | None
     p_bh: float | None
     p_tost_holm: float | None
-    verdict: str
+    verdict: Verdict
 
 
 @dataclass
@@ -227,19 +232,27 @@ class Assessment:
     comparisons: list[Comparison]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The assessment as report.json keeps it (each verdict as its text)."""
+        return {**asdict(self), "rows": [{**asdict(r), "verdict": str(r.verdict)} for r in self.rows]}
 
 
-def verdict(diff: float, p_holm: float | None, p_tost_holm: float | None, alpha: float, delta: float | None) -> str:
-    """Item 5's verdict: a significant difference ("better", "worse"), an equivalence ("equivalent (±m)":
-    the TOST bounds it inside the margin), both ("worse, within ±m": real but smaller than the margin),
-    else inconclusive."""
+def row_pairs(assessment: dict[str, Any]) -> Iterator[tuple[str, str, str, dict | None, float | None]]:
+    """(label, baseline, task, row, mde) of every row of an assessment as report.json keeps it
+    (:meth:`Assessment.to_dict`), in its order: the rows follow the comparisons and, within each, its
+    labels against its baseline; ``task`` names the model too (bench.report.comparisons.where)."""
+    rows = iter(assessment.get("rows") or [])
+    mdes = assessment.get("mde") or []
+    for i, c in enumerate(assessment.get("comparisons") or []):
+        for label in c.get("diffs") or {}:
+            yield label, c.get("baseline"), c.get("task"), next(rows, None), mdes[i] if i < len(mdes) else None
+
+
+def verdict(diff: float, p_holm: float | None, p_tost_holm: float | None, alpha: float, delta: float | None) -> Verdict:
+    """Item 5's verdict (the rule: bench.stats.verdict): a significant difference ("better", "worse"), an
+    equivalence ("equivalent (±m)": the TOST bounds it inside the margin), both ("worse, within ±m": real
+    but smaller than the margin), else inconclusive."""
     equivalent = p_tost_holm is not None and p_tost_holm < alpha and delta is not None
-    significant = p_holm is not None and p_holm < alpha
-    if significant:
-        direction = "better" if diff > 0 else "worse"
-        return f"{direction}, within ±{delta:g}" if equivalent else direction
-    return f"equivalent (±{delta:g})" if equivalent else "inconclusive"
+    return Verdict.of(diff, p_holm is not None and p_holm < alpha, equivalent, delta)
 
 
 def assess(comparisons: Sequence[Comparison], alpha: float = 0.05, power: float = 0.8) -> Assessment:
@@ -262,12 +275,7 @@ def assess(comparisons: Sequence[Comparison], alpha: float = 0.05, power: float 
 
 
 def _ci(e: Estimate | Difference, signed: bool = False) -> str:
-    f = "+.3f" if signed else ".3f"
-    return f"{e.value:{f}}" if e.lo is None else f"{e.value:{f}} [{e.lo:{f}}, {e.hi:{f}}]"
-
-
-def _p(p: float | None) -> str:
-    return "–" if p is None else ("<0.001" if p < 1e-3 else f"{p:.3f}")
+    return fmt.interval(e.value, e.lo, e.hi, "+.3f" if signed else ".3f")
 
 
 def mde_line(c: Comparison, m: int, value: float | None, power: float = 0.8) -> str:
@@ -301,99 +309,10 @@ def markdown(a: Assessment) -> str:
             shown = (c.baseline, c.task, c.seeds)
         for r in (next(rows) for _ in c.diffs):
             out.append(
-                f"| {r.label} | {r.task} | {_ci(r.mean)} | {_ci(r.diff, True)} | {_p(r.diff.p)} "
-                f"| {_p(r.p_holm)} | {_p(r.p_bh)} | {r.verdict} |"
+                f"| {r.label} | {r.task} | {_ci(r.mean)} | {_ci(r.diff, True)} | {fmt.p_value(r.diff.p)} "
+                f"| {fmt.p_value(r.p_holm)} | {fmt.p_value(r.p_bh)} | {r.verdict} |"
             )
     out.append("")
     out += [f"- `{c.task}`: {n}" for c in a.comparisons for n in c.notes]
     out += [mde_line(c, a.m, v, a.power) for c, v in zip(a.comparisons, a.mde)]
     return "\n".join(out)
-
-
-# ------------------------------------------------------------------ design time
-def design_mde(
-    sd_train: float,
-    sd_item: float,
-    n_seeds: int,
-    n_problems: int,
-    n_samples: int,
-    n_labels: int,
-    m_comparisons: int,
-    alpha: float = 0.05,
-    power: float = 0.8,
-) -> float | None:
-    """Item 6 before any run: the MDE of pass@1 for a design, from the variance components
-    (``estimate_variance_components`` of a pilot). None with fewer than 2 seeds or labels."""
-    if n_seeds < 2 or n_labels < 2:
-        return None
-    sigma = math.sqrt(sd_train**2 + sd_item**2 / (n_samples * n_problems))
-    return mde(sigma, n_seeds, (n_labels - 1) * (n_seeds - 1), alpha, m_comparisons, power)
-
-
-def seeds_needed(
-    target: float,
-    sd_train: float,
-    sd_item: float,
-    n_problems: int,
-    n_samples: int,
-    n_labels: int,
-    m_comparisons: int,
-    alpha: float = 0.05,
-    power: float = 0.8,
-    max_seeds: int = 1000,
-) -> int | None:
-    """The fewest seeds (>= 3) whose ``design_mde`` is at most ``target``; None if even
-    ``max_seeds`` do not reach it (a target below what more seeds can buy, or zero)."""
-
-    def fits(s: int) -> bool:
-        return design_mde(sd_train, sd_item, s, n_problems, n_samples, n_labels, m_comparisons, alpha, power) <= target
-
-    if not fits(max_seeds):
-        return None
-    lo, hi = MIN_SEEDS - 1, max_seeds  # fits(hi) holds; bisect for the smallest one that does
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
-
-
-@dataclass(frozen=True)
-class VarianceComponents:
-    """The run-to-run sd of pass@1 split into training (``sd_train``, of e_ms) and eval sampling
-    (``sd_item``: per problem and sample, so eval sd of a run = sd_item / sqrt(n P))."""
-
-    sd_train: float
-    sd_item: float
-    sd_run: float
-    df: int
-    n_problems: int
-    n_samples: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def estimate_variance_components(counts: Mapping[str, Mapping[int, Any]], n: int) -> VarianceComponents:
-    """sd_train and sd_item from a pilot's per-problem correct counts ``counts[label][seed]``
-    (arrays of counts out of ``n`` samples over the same problems).
-
-    sd_item^2 = mean over runs and problems of c(n-c) / (n(n-1)), the unbiased estimate of
-    p(1-p); sd_run^2 is the two-way residual variance of the runs' pass@1 (c/n averaged over
-    problems) on the seeds all labels share; sd_train = sqrt(max(0, sd_run^2 - sd_item^2/(nP)))."""
-    if n < 2:
-        raise CreditBenchError(f"the within-problem variance needs n >= 2 samples per problem, got n={n}")
-    c_all = [np.asarray(v, dtype=float) for runs in counts.values() for v in runs.values()]
-    if any(c.ndim != 1 or np.any((c < 0) | (c > n)) for c in c_all):
-        raise CreditBenchError(f"counts[label][seed] must be per-problem correct counts in [0, {n}]")
-    scores = {lab: {s: np.asarray(v, dtype=float) / n for s, v in runs.items()} for lab, runs in counts.items()}
-    means, P = _run_means(scores)
-    labels = list(means)
-    seeds = sorted(set.intersection(*(set(means[lab]) for lab in labels)))
-    if len(labels) < 2 or len(seeds) < 2:
-        raise CreditBenchError(f"variance components need >= 2 labels and >= 2 shared seeds, got {labels}, {seeds}")
-    y = np.array([[means[lab][s] for s in seeds] for lab in labels])
-    var_item = float(np.mean([np.mean(c * (n - c)) / (n * (n - 1)) for c in c_all]))
-    res = pooled_tests(y)
-    var_run = float(res["sigma"]) ** 2
-    sd_train = math.sqrt(max(0.0, var_run - var_item / (n * P)))
-    return VarianceComponents(sd_train, math.sqrt(var_item), math.sqrt(var_run), res["df"], int(P), n)

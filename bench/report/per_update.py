@@ -11,21 +11,28 @@ SE = sqrt(sum_c s_c^2 / n_c) / C and sum_c (n_c - 1) degrees of freedom (a Stude
 pair uses its own variance. Its size relative to the control's own gain is d / mean dJ_C, the interval
 likewise; the target of a probe is a relative half-width of 10% or less. p-values are two-sided t tests,
 Holm-adjusted within the family of one setting (every pair compared there). The MDE is the paired one of
-bench.report.stats.mde at the design's batches. The inference is conditional on the reference
+bench.stats.power.mde at the design's batches. The inference is conditional on the reference
 trajectories' checkpoints: a batch, not a training seed, is the unit here, which is why this measures one
 update's effect and not a run's (docs/results.md sets the two side by side).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.paired.stats import index, settings, stratified, stratum_mean
-from bench.report.stats import holm, mde
+from bench.atomic import write_atomic
+from bench.paired.stats import Unit, index, settings, stratified, stratum_mean
+from bench.report.comparisons import where
+from bench.report.inference import row_pairs
+from bench.stats import format as fmt
+from bench.stats.family import holm
+from bench.stats.power import mde
 
 
 def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any]]:
@@ -58,10 +65,10 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
     return out
 
 
-def _phases(diffs: dict[tuple, float]) -> dict[str, dict[str, Any]]:
-    by: dict[float, dict[tuple, float]] = defaultdict(dict)
+def _phases(diffs: dict[Unit, float]) -> dict[str, dict[str, Any]]:
+    by: dict[float, dict[Unit, float]] = defaultdict(dict)
     for u, d in diffs.items():
-        by[u[2]][u] = d
+        by[u.phase][u] = d
     return {f"{phase:g}": stratified(ds) for phase, ds in sorted(by.items())}
 
 
@@ -84,7 +91,7 @@ def arms(probe: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _by_checkpoint(records: list[dict[str, Any]], key: str) -> float:
-    return stratum_mean({(r["reference"], r["seed"], r["phase"], r["batch"]): r[key] for r in records})
+    return stratum_mean({Unit.of(r): r[key] for r in records})
 
 
 BLAME = ("blame_share", "blame_uniform_share", "blame_rank_frac")
@@ -108,8 +115,8 @@ def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
     for lr in plan["options"]["lrs"]:
         for p in plan["pairs"]:
             m, c = (p["method"], lr), (p["control"], lr)
-            for k in sorted({u[-1] for u in dj[m]}):
-                units = [u for u in sorted(set(dj[m]) & set(dj[c])) if u[-1] == k]
+            for k in sorted({u.k for u in dj[m]}):
+                units = [u for u in sorted(set(dj[m]) & set(dj[c])) if u.k == k]
                 diffs = {u: dj[m][u] - dj[c][u] for u in units}
                 shared = float(np.mean([shared_fraction(rows[m][u], rows[c][u]) for u in units]))
                 out.append({"lr": lr, **p, "k": k, "shared": shared, **stratified(diffs),
@@ -119,25 +126,25 @@ def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
 
 def end_to_end(probe: dict[str, Any], sweep_report: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The sweep's own verdicts for the probe's pairs (its credit family, final pass@1 over training seeds
-    at the tuned rates), in points, to set beside the per-update effects; [] without a sweep report."""
+    at the tuned rates), in points, to set beside the per-update effects: each pair of the probe's
+    ``credit_controls`` on the probe's model and task that the family compared; [] without a sweep report."""
     credit = ((sweep_report or {}).get("analysis") or {}).get("credit")
-    controls = probe["plan"].get("credit_controls") or {}
-    pairs = [(m, c) for m, cs in controls.items() for c in cs]
-    rows = credit["assessment"]["rows"] if credit else []
-    if len(rows) != len(pairs):  # a label without runs: the family's rows cannot be matched to pairs
-        return []
-    return [
-        {
-            "method": m,
-            "control": c,
-            "diff": 100 * r["diff"]["value"],
-            "lo": 100 * r["diff"]["lo"],
-            "hi": 100 * r["diff"]["hi"],
-            "p_holm": r["p_holm"],
-            "verdict": r["verdict"],
-        }  # fmt: skip
-        for (m, c), r in zip(pairs, rows)
-    ]
+    rows = _credit_rows(credit["assessment"]) if credit else {}
+    on = where(probe["model"], probe["task"])
+    out = []
+    for m, cs in (probe["plan"].get("credit_controls") or {}).items():
+        for c in cs:
+            r = rows.get((m, c, on))
+            if r is None:  # a label without runs: the family has no row for the pair
+                continue
+            out.append({"method": m, "control": c, "diff": 100 * r["diff"]["value"], "lo": 100 * r["diff"]["lo"],
+                        "hi": 100 * r["diff"]["hi"], "p_holm": r["p_holm"], "verdict": r["verdict"]})  # fmt: skip
+    return out
+
+
+def _credit_rows(assessment: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The credit family's rows by pair: (method, control, "task (model)")."""
+    return {(label, control, on): row for label, control, on, row, _ in row_pairs(assessment) if row is not None}
 
 
 def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -149,7 +156,7 @@ def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) ->
         "model": probe["model"],
         "options": probe["plan"]["options"],
         "checkpoints": probe["checkpoints"],
-        "batches": len({(r["reference"], r["seed"], r["phase"], r["batch"]) for r in probe["updates"]}),
+        "batches": len({Unit.of(r) for r in probe["updates"]}),
         "comparisons": comparisons(probe),
         "arms": arms(probe),
         "segments": segments(probe),
@@ -161,15 +168,14 @@ def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) ->
 
 def read(results_dir, sweep: str) -> dict[str, Any] | None:
     """The report of the sweep's credit probe (results/probes/<sweep>/report.json), None without one."""
-    import json
-    from pathlib import Path
+    from bench.sweep.sweep import probe_dir
 
-    path = Path(results_dir) / "probes" / sweep / "report.json"
+    path = probe_dir(results_dir, sweep) / "report.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _ci(r: dict[str, Any]) -> str:
-    return f"{r['mean']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]"
+    return fmt.interval(r["mean"], r["lo"], r["hi"], "+.2f")
 
 
 def markdown(rep: dict[str, Any]) -> str:
@@ -192,7 +198,7 @@ def markdown(rep: dict[str, Any]) -> str:
         lines.append(
             f"| {r['method']} | {r['control']} | {lr} | {r['gain_method']:.2f} | {r['gain_control']:.2f} | "
             f"{_ci(r)} | {100 * rel['mean']:+.1f}% [{100 * rel['lo']:+.1f}, {100 * rel['hi']:+.1f}] | "
-            f"{_p(r['p_holm'])} | {r['mde']:.2f} | "
+            f"{fmt.p_value(r['p_holm'])} | {r['mde']:.2f} | "
             + ", ".join(f"{ph}: {x['mean']:+.2f}" for ph, x in r["phases"].items())
             + " |"
         )
@@ -251,13 +257,16 @@ def _beside(rep: dict[str, Any]) -> list[str]:
                 if (x["method"], x["control"], x["lr"], x["k"]) == (e["method"], e["control"], lr, last_k)
             ]
             cells.append(_ci(seg[0]) if seg else "–")
-        cells += [f"{e['diff']:+.1f} [{e['lo']:+.1f}, {e['hi']:+.1f}]", e["verdict"]]
+        cells += [fmt.interval(e["diff"], e["lo"], e["hi"], "+.1f"), e["verdict"]]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def _p(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+def write(rep: dict[str, Any], out: Path) -> None:
+    """A credit probe's report files in ``out``: report.json, report.md and per_update.png."""
+    write_atomic(out / "report.json", json.dumps(rep, indent=1) + "\n")
+    write_atomic(out / "report.md", markdown(rep))
+    figure(rep, out / "per_update.png")
 
 
 def figure(rep: dict[str, Any], path) -> None:

@@ -10,7 +10,7 @@ has. Departures from rliable:
 1. The bootstrap draws 2,000 replicates (rliable: 50,000) from numpy's default generator with a fixed
    seed (rliable: arch's ``StratifiedBootstrap``), so intervals agree with rliable's to bootstrap
    noise, not digit for digit.
-2. No interval from fewer than 3 seeds (bench.report.inference.MIN_SEEDS), the report's rule.
+2. No interval from fewer than 3 seeds (bench.stats.paired.MIN_SEEDS), the report's rule.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from bench.errors import CreditBenchError
-from bench.report.comparisons import MIN_SEEDS, bounded
+from bench.report.comparisons import bounded
 from bench.run.result import RunResult
+from bench.stats import format as fmt
+from bench.stats.paired import MIN_SEEDS
 
 
 def iqm(scores: np.ndarray) -> float:
@@ -125,12 +127,10 @@ def summaries(
 
 
 def _ci(e: dict[str, float | None] | None) -> str:
-    if e is None or e["value"] is None:
-        return "–"
-    return f"{e['value']:.3f}" if e["lo"] is None else f"{e['value']:.3f} [{e['lo']:.3f}, {e['hi']:.3f}]"
+    return fmt.DASH if e is None else fmt.interval(e["value"], e["lo"], e["hi"])
 
 
-def markdown(rows: list[dict[str, Any]]) -> list[str]:
+def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The summaries as a Markdown table: IQM and P(label > control), each with its 95% interval."""
     out = [
         "| model | label | tasks | seeds | IQM [95% CI] | control | P(label > control) [95% CI] |",

@@ -4,7 +4,7 @@ mean learning curves, and each method's credit on one fixed completion.
 
     creditbench summarize --sweep NAME      (re-)writes results/NAME/{report.json, summary.md, summary.csv, *.png}
 
-The definitions (docs/sweeps-and-reports.md, "Metrics") are computed by bench.report.stats; this
+The definitions (docs/sweeps-and-reports.md, "Metrics") are computed by bench.stats.metrics; this
 module only groups runs.
 The report depends on the runs' results alone (no wall-clock or run ids enter a metric other
 than ``wall_s``), so a sweep that was interrupted and resumed reports what an uninterrupted one does.
@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from bench.bases.fingerprint import common
+from bench.environment.fingerprint import common
 from bench.errors import CreditBenchError
 from bench.report.comparisons import analyse, blame_table, difference, interval
-from bench.report.stats import cost_to_target, curve_auc
 from bench.run.result import RunResult, load_runs  # noqa: F401 (load_runs: the report's entry point)
-from bench.sweep.spec import TARGETS, Analysis, SweepSpec
+from bench.stats.metrics import cost_to_target, curve_auc
+from bench.sweep.analysis import Analysis
+from bench.sweep.spec import TARGETS, SweepSpec
 
 RUN_METRICS = (
     "auc_samples",
@@ -114,7 +115,7 @@ def _robust(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
 
     controls = {**analysis.controls, **{lab: cs[0] for lab, cs in analysis.credit_controls.items() if cs}}
     rows = robust.summaries(runs, baseline, analysis.metric, controls)
-    return {"rows": rows, "markdown": "\n".join(robust.markdown(rows))}
+    return {"rows": rows, "markdown": "\n".join(robust.markdown_lines(rows))}
 
 
 def _curve_fit(runs: list[RunResult]) -> dict[str, Any]:
@@ -122,7 +123,7 @@ def _curve_fit(runs: list[RunResult]) -> dict[str, Any]:
     from bench.report import curve_fit
 
     fits = curve_fit.fit_sweep(runs)
-    text = "\n".join(curve_fit.markdown(fits))
+    text = "\n".join(curve_fit.markdown_lines(fits))
     if fits and not any(f["identifiable"] for f in fits):  # one sentence, not a table of the same reason
         text = (
             "Not fitted: ScaleRL's curve R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) has 3 free parameters and no "

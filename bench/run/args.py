@@ -53,6 +53,14 @@ class ArgumentParser(argparse.ArgumentParser):
     def add_argument(self, *names, **kwargs):
         return super().add_argument(*spell(list(names)), **kwargs)
 
+    def add_sweep(self, required: bool = True, help: str = "the sweep's name (its folder: <results_dir>/<sweep>)"):
+        """The options that name a finished sweep, spelt alike by every command that reads one: ``--sweep`` and
+        ``--results_dir`` (also ``--results``)."""
+        self.add_argument("--sweep", required=required, help=help)
+        self.add_argument(
+            "--results_dir", "--results", default="results", help="where the sweeps' folders are (default: results)"
+        )
+
     def parse_known_args(self, args=None, namespace=None):
         return super().parse_known_args(spell(sys.argv[1:] if args is None else list(args)), namespace)
 

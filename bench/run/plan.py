@@ -1,6 +1,6 @@
-"""What a run will need, built without its weights.
+"""What a run will need, built without its weights: its memory plan.
 
-``plan(cfg)`` goes as far as a real run does before the first forward: it resolves the method and
+``memory_plan(cfg)`` goes as far as a real run does before the first forward: it resolves the method and
 tasks, loads the tasks' data files, builds the policy's module tree on the ``meta`` device (the
 Hub architecture from :mod:`bench.models.hub_archs`, or the tiny config), wraps it with LoRA and activation
 checkpointing as configured, constructs the LightningModule, the data module and the Lightning
@@ -28,7 +28,7 @@ PROMPT_TOKENS = 512  # the prompt length the plan assumes (a chat-templated MATH
 
 
 @dataclass
-class Plan:
+class MemoryPlan:
     params: int
     trainable: int
     lora_rank: int
@@ -115,7 +115,7 @@ def meta_policy(cfg: RunConfig):
     return model, filler_tokenizer(model.config.vocab_size)
 
 
-def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
+def memory_plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> MemoryPlan:
     """Build everything of a run short of its weights (see the module docstring) and estimate its
     memory per process. ``gpu_gb`` sizes vLLM's share (rollout.gpu_memory_utilization of a GPU);
     ``load_data=False`` skips reading the tasks' data (when another run of the same tasks did)."""
@@ -162,16 +162,16 @@ def plan(cfg: RunConfig, gpu_gb: float = 80.0, load_data: bool = True) -> Plan:
     # FSDP gathers the whole policy once per RL step (rollout, scoring and update run on it), in the
     # compute dtype, beside the shards (bench.engine.sharding.ShardPlan)
     gathered = params * compute / gb if shard > 1 else 0.0
-    return Plan(
-        params,
-        trainable,
-        lora.rank,
-        weights / shard + gathered,
-        grads / shard,
-        optimizer / shard,
-        vllm,
-        strategy if isinstance(strategy, str) else type(strategy).__name__,
-        cfg.trainer.world_size,
+    return MemoryPlan(
+        params=params,
+        trainable=trainable,
+        lora_rank=lora.rank,
+        weights_gb=weights / shard + gathered,
+        grads_gb=grads / shard,
+        optimizer_gb=optimizer / shard,
+        vllm_gb=vllm,
+        strategy=strategy if isinstance(strategy, str) else type(strategy).__name__,
+        processes=cfg.trainer.world_size,
         vllm_sleeps=bool(vllm and cfg.rollout.sleep),
         activations_gb=act,
         micro_batch_tokens=tokens,

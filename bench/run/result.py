@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.atomic import write_atomic
 from bench.errors import CreditBenchError
 
 
@@ -79,7 +80,7 @@ class RunResult:
     delta_pass_at_1: dict[str, float]
     """final - base pass@1 of the training task: its mean ``delta``, paired standard error ``se`` and ``z``."""
     history: list[EvalPoint]
-    credit_probe: dict[str, Any] | None = None
+    credit_probe: dict[str, Any] | None = None  # the run's credit map (bench.engine.credit_map; the key on disk)
     """The method's credit on one fixed completion (bench.engine.diagnostics), or None."""
     train: dict[str, float] = field(default_factory=dict)
     """Means over the RL steps of the training statistics bench.engine.module.TRAIN_SUMMARY names
@@ -92,7 +93,7 @@ class RunResult:
     problem_ids: dict[str, list[str]] = field(default_factory=dict)
     """Eval task -> its problems' ids, in eval-split order (the order of ``EvalPoint.per_problem``)."""
     fingerprint: dict[str, Any] = field(default_factory=dict)
-    """The process's numerics stack and machine (bench.bases.fingerprint); results without the key: {}."""
+    """The process's numerics stack and machine (bench.environment.fingerprint); results without the key: {}."""
     base_checkpoint: dict[str, Any] = field(default_factory=dict)
     """The base policy it started from: the warm-start's cache key and weights digest (a tiny
     model's), or {} for a named checkpoint."""
@@ -151,9 +152,7 @@ class RunResult:
         """Write the result JSON atomically (a reader never sees half a file). Lists of numbers and
         of ids (per-problem counts, problem ids) stay on one line each."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(compact_json(self.to_dict()))
-        tmp.replace(path)
+        write_atomic(path, compact_json(self.to_dict()))
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
@@ -205,10 +204,20 @@ def paired_delta(before: list[float], after: list[float]) -> dict[str, float]:
     return {"delta": float(d.mean()), "se": se, "z": float(d.mean() / se) if se > 0 else float("nan")}
 
 
+def runs_dir(results_dir: str | Path, sweep: str) -> Path:
+    """Where a sweep's finished runs keep their result JSONs: results/<sweep>/runs/."""
+    return Path(results_dir) / sweep / "runs"
+
+
+def result_path(results_dir: str | Path, sweep: str, key: str) -> Path:
+    """Where the result JSON of the sweep's run ``key`` goes: results/<sweep>/runs/<key>.json."""
+    return runs_dir(results_dir, sweep) / f"{key}.json"
+
+
 def load_runs(results_dir: str, sweep: str, keys: list[str] | None = None) -> list[RunResult]:
     """The finished runs of a sweep (those of ``keys`` only, when given) from results/<sweep>/runs/."""
-    folder = Path(results_dir) / sweep / "runs"
-    paths = [folder / f"{k}.json" for k in keys] if keys is not None else sorted(folder.glob("*.json"))
+    folder = runs_dir(results_dir, sweep)
+    paths = [result_path(results_dir, sweep, k) for k in keys] if keys is not None else sorted(folder.glob("*.json"))
     runs = [RunResult.load(p) for p in paths if p.is_file()]
     if not runs:
         root = Path(results_dir)

@@ -39,8 +39,8 @@ def run(
     clock = PhaseClock()
     r = checked or preflight(cfg)
     session = _setup(cfg, r, progress, clock)
-    probe, wall = _fit(session)
-    return _record(session, probe, wall, on_result)
+    credit_map, wall = _fit(session)
+    return _record(session, credit_map, wall, on_result)
 
 
 @dataclass
@@ -72,9 +72,9 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     import torch
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-    from bench.bases.fingerprint import fingerprint
     from bench.engine import base_eval
     from bench.engine.checkpoint import MetricSink
+    from bench.environment.fingerprint import fingerprint
     from bench.run.build import build_data, build_module, build_trainer
 
     if cfg.threads:
@@ -177,12 +177,12 @@ def _logger(cfg: RunConfig, r: Resolved, policy, params: int, resume_id: str | N
 
 
 def _fit(s: _Session) -> tuple[dict[str, Any] | None, float]:
-    """Evaluate the base (a new run), train, evaluate the final policy: (the credit probe, wall seconds)."""
+    """Evaluate the base (a new run), train, evaluate the final policy: (the credit map, wall seconds)."""
     module, trainer, data, logger, name = s.module, s.trainer, s.data, s.logger, s.r.run_name
     try:
         if s.ckpt is None:
             trainer.validate(module, datamodule=data, verbose=False)  # the base policy, at step 0
-            module.make_probe(list(data.eval_rows.select(range(min(16, len(data.eval_rows))))))
+            module.make_fixed_sets(list(data.eval_rows.select(range(min(16, len(data.eval_rows))))))
         elif s.progress:
             print(f"resuming run {name!r} (MLflow run {s.resume_id}) from its checkpoint {s.ckpt}")
         s.clock.lap("eval0")
@@ -200,7 +200,7 @@ def _fit(s: _Session) -> tuple[dict[str, Any] | None, float]:
         s.clock.lap("fit")
         if module.eval_history[-1]["step"] != module.rl_step:
             trainer.validate(module, datamodule=data, verbose=False)
-        probe = module.credit_probe()
+        credit_map = module.measure_credit_map()
         module.engine.close()  # vLLM: free its memory and process state before the next run
         wall = module.wall_before + time.perf_counter() - s.t_start
         s.sink.log({"time/wall_s": wall}, step=module.rl_step)
@@ -208,24 +208,24 @@ def _fit(s: _Session) -> tuple[dict[str, Any] | None, float]:
         logger.stop_monitor()
         raise
     s.clock.lap("eval_final")
-    return probe, wall
+    return credit_map, wall
 
 
 def _record(
-    s: _Session, probe: dict[str, Any] | None, wall: float, on_result: Callable[[RunResult], None] | None
+    s: _Session, credit_map: dict[str, Any] | None, wall: float, on_result: Callable[[RunResult], None] | None
 ) -> dict[str, Any]:
     """The run's result (handed to ``on_result``), its saved policy, its MLflow run marked finished and
     its checkpoints discarded unless kept."""
     import torch
 
-    from bench.bases.fingerprint import fingerprint
     from bench.bases.warmstart import base_identity
+    from bench.environment.fingerprint import fingerprint
     from bench.run.result import RunResult
     from bench.tracking.tracking import log_dict
 
     cfg, r, module, logger, zero = s.cfg, s.r, s.module, s.logger, s.zero
-    if probe is not None:
-        log_dict(logger, probe, "credit_probe.json")
+    if credit_map is not None:
+        log_dict(logger, credit_map, "credit_map.json")
     result = RunResult.from_history(
         module.eval_history,
         cfg.task.name,
@@ -246,7 +246,7 @@ def _record(
         wall_s=round(wall, 1),
         tags=dict(cfg.tracking.tags),
         budget={"samples": cfg.rl.budget_samples, "tokens": cfg.rl.budget_tokens},
-        credit_probe=probe,
+        credit_probe=credit_map,
         train=module.train_summary(),
         fingerprint=fingerprint(torch.get_num_threads()),
         base_checkpoint=base_identity(s.base) if s.base is not None else {},

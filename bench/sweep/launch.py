@@ -4,7 +4,7 @@ there gives the numbers its own process would), or, isolated, each to a process 
 is an MLflow run nested under one parent run for the sweep, and the sweep's report is written and
 logged to that parent when they are done.
 
-A run is finished when its result JSON (:func:`bench.sweep.sweep.result_path`) exists for the same
+A run is finished when its result JSON (:func:`bench.run.result.result_path`) exists for the same
 configuration and its MLflow run is FINISHED; a sweep started again skips finished runs, deletes the
 MLflow runs that an interrupted attempt left behind and redoes those runs, so each run appears
 exactly once in MLflow.
@@ -25,11 +25,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from bench.config import RunConfig
+from bench.config import RunConfig, default_uri
 from bench.errors import CreditBenchError
-from bench.run.result import RunResult
+from bench.run.result import RunResult, result_path
 from bench.sweep.ray_engine import MAX_ATTEMPTS, RunLost
-from bench.sweep.sweep import Sweep, SweepRun, result_path
+from bench.sweep.sweep import Sweep, SweepRun
 from bench.sweep.worker import Isolated, WorkerPool
 from bench.tracking import sweep_runs, tracking
 from bench.tracking.stores import claim_store, record_store
@@ -55,7 +55,7 @@ def run_sweep(
     "local") to actors on a Ray cluster (bench.sweep.ray_engine; ``jobs`` None: as many as it holds).
     Ctrl-C stops the runs, marks them and the parent run KILLED, says so in one line and raises
     :class:`SweepInterrupted`; the same call again resumes."""
-    uri = uri or tracking.default_uri()
+    uri = uri or default_uri()
     tracking.check_tracking_uri(uri, write=True)  # before results/<sweep>/, its lock or the parent run exist
     plan = plan_engine(sweep, jobs, isolate, ray, results_dir)  # the cluster and what it can run, likewise
     out = Path(results_dir) / sweep.name
@@ -116,11 +116,22 @@ class _Attempt:
     def launched(self, r: SweepRun) -> RunConfig:
         return _launched(r, self.sweep, self.plan.threads, self.uri, self.results_dir, self.parent)
 
+    def result(self, r: SweepRun) -> Path:
+        return result_path(self.results_dir, self.sweep.name, r.key)
+
+    def finished(self, r: SweepRun) -> bool:
+        """The run's result JSON is there, for its configuration, and its MLflow run finished."""
+        try:
+            res = RunResult.load(self.result(r))
+        except CreditBenchError:  # missing, or not a run's result
+            return False
+        return sweep_runs.is_finished(self.client, res.mlflow_run_id) and res.tags.get("config_hash") == r.config_hash
+
     def forget(self, r: SweepRun) -> None:
         """What an unfinished attempt of the run left: its MLflow runs but the one it resumes into, its result."""
         keep = _resumable(self.launched(r))
         sweep_runs.delete_sweep_runs(self.client, self.sweep.spec.experiment, self.sweep.name, r.key, keep=keep)
-        result_path(self.results_dir, self.sweep.name, r.key).unlink(missing_ok=True)
+        self.result(r).unlink(missing_ok=True)
 
     def launch(self, r: SweepRun) -> tuple[SweepRun, int, float]:
         from bench.run.args import config_yaml
@@ -146,7 +157,7 @@ class _Attempt:
 
     def execute(self) -> list[str]:
         """Run the unfinished runs; the keys of those that failed."""
-        todo = [r for r in self.sweep.runs if not _finished(self.client, self.out, r)]
+        todo = [r for r in self.sweep.runs if not self.finished(r)]
         self.log(
             f"sweep {self.sweep.name}: {len(self.sweep.runs)} runs, {len(self.sweep.runs) - len(todo)} finished, "
             f"{len(todo)} to run ({self.plan.jobs} at a time{self.plan.where}, {self.plan.threads} threads each); "
@@ -162,7 +173,7 @@ class _Attempt:
             futures = [pool.submit(self.launch, r) for r in todo]
             for i, fut in enumerate(as_completed(futures), 1):
                 r, rc, wall = fut.result()
-                ok = rc == 0 and _finished(self.client, self.out, r)
+                ok = rc == 0 and self.finished(r)
                 why = "its node left the cluster" if rc == LOST else f"exit {rc}"
                 outcome = "done" if ok else f"FAILED ({why}), see {self.out}/logs/{r.key}.log"
                 self.log(f"[{i}/{len(todo)}] {r.key}: {outcome} in {wall:.1f} s")
@@ -184,7 +195,7 @@ class _Attempt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if self.engine is not None:
             self.engine.stop()
-        finished = sum(_finished(self.client, self.out, r) for r in self.sweep.runs)
+        finished = sum(self.finished(r) for r in self.sweep.runs)
         killed = _kill_unfinished(self.client, self.sweep, self.parent)
         lock.close()
         self.log(
@@ -242,35 +253,37 @@ class LocalEngine:
 
 def plan_engine(sweep: Sweep, jobs: int | None, isolate: bool, ray: str | None, results_dir: str) -> EnginePlan:
     """The engine for the sweep's runs, checked before anything is started or written: with ``ray`` (an
-    address, or "local") a Ray cluster (bench.sweep.ray_engine), else this machine's worker processes."""
+    address, or "local") a Ray cluster (checked by bench.sweep.ray_cluster, run by bench.sweep.ray_engine),
+    else this machine's worker processes."""
     if ray is None:
         jobs = jobs or 1
         threads = sweep.spec.threads or max(1, (os.cpu_count() or 1) // jobs)
         return EnginePlan(jobs, threads, lambda logs: LocalEngine(jobs, threads, logs, isolate))
-    from bench.sweep import ray_engine as re_
+    from bench.sweep import ray_cluster as rc
+    from bench.sweep.ray_engine import RayEngine
 
-    address = re_.resolve_address(None if ray == "local" else ray)
-    started = re_.connect(address)
+    address = rc.resolve_address(None if ray == "local" else ray)
+    started = rc.connect(address)
     try:
-        live = re_.nodes()
+        live = rc.nodes()
         where = f"at {address}" if address else "on this machine"
         gpus = sum(n["gpus"] for n in live)
         first = [dataclasses.replace(r.cfg, threads=sweep.spec.threads or 1) for r in sweep.runs]
-        re_.check_runs([(r.key, c) for r, c in zip(sweep.runs, first)], live, where)
-        n = re_.slots(first, live, jobs)
+        rc.check_runs([(r.key, c) for r, c in zip(sweep.runs, first)], live, where)
+        n = rc.slots(first, live, jobs)
         # at most the smallest node's CPUs: every run checked above fits any node that fits its GPUs
         threads = sweep.spec.threads or max(1, min(sum(x["cpus"] for x in live) // n, min(x["cpus"] for x in live)))
         folders = {"the results folder": Path(results_dir).resolve()}
         dirs = sorted({r.cfg.checkpoint.dir for r in sweep.runs})
         folders |= {f"checkpoint.dir {d}" if len(dirs) > 1 else "checkpoint.dir": Path(d).resolve() for d in dirs}
-        re_.check_shared(folders, live)
+        rc.check_shared(folders, live)
     except BaseException:
         if started:
             import ray as ray_
 
             ray_.shutdown()
         raise
-    return EnginePlan(n, threads, lambda logs: re_.RayEngine(n, started, gpus), f" on {len(live)} Ray nodes")
+    return EnginePlan(n, threads, lambda logs: RayEngine(n, started, gpus), f" on {len(live)} Ray nodes")
 
 
 def _lock(out: Path, name: str):
@@ -333,14 +346,6 @@ def _parent_run(client, sweep: Sweep, run_id: str | None = None) -> str:
     }
     spec_text = sweep.path.read_text()
     return sweep_runs.open_sweep_run(client, sweep.spec.experiment, sweep.name, tags, params, spec_text, run_id)
-
-
-def _finished(client, out: Path, r: SweepRun) -> bool:
-    try:
-        res = RunResult.load(out / "runs" / f"{r.key}.json")  # result_path(results_dir, sweep, key)
-    except CreditBenchError:  # missing, or not a run's result
-        return False
-    return sweep_runs.is_finished(client, res.mlflow_run_id) and res.tags.get("config_hash") == r.config_hash
 
 
 def _resumable(cfg: RunConfig) -> str | None:

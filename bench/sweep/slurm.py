@@ -32,7 +32,7 @@ sweep of this template's kind: it goes through Lightning's own SLURM launcher (`
 
 For a dry run the script takes the sweep command from ``$CREDITBENCH_SLURM_SWEEP_CMD`` (default
 ``creditbench sweep``) and the wait for the nodes from ``$CREDITBENCH_SLURM_WAIT_CMD`` (default
-``python -m bench.sweep.slurm wait``, i.e. :func:`wait_nodes`); ``$CREDITBENCH_RAY_PORT`` overrides the
+``creditbench slurm wait``, i.e. :func:`wait_nodes`); ``$CREDITBENCH_RAY_PORT`` overrides the
 head's port (by default one of 20000-29995 chosen by the job id, so that two jobs sharing a node do
 not collide; the dashboard, client server and dashboard agent take the next three ports).
 """
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,7 +74,7 @@ port="${CREDITBENCH_RAY_PORT:-$((20000 + SLURM_JOB_ID % 2000 * 5))}"
 address="$head_ip:$port"
 cpus="${SLURM_CPUS_PER_TASK:-$cpus_per_node}"
 read -r -a sweep_cmd <<< "${CREDITBENCH_SLURM_SWEEP_CMD:-creditbench sweep}"
-read -r -a wait_cmd <<< "${CREDITBENCH_SLURM_WAIT_CMD:-python -m bench.sweep.slurm wait}"
+read -r -a wait_cmd <<< "${CREDITBENCH_SLURM_WAIT_CMD:-creditbench slurm wait}"
 
 ray_stopped=0
 stop_ray() {  # once, on every way out: Ray on every node, then the srun steps that held it
@@ -170,10 +169,10 @@ def check_args(nodes: int, gpus_per_node: int, cpus_per_node: int, limit: str, u
 def check_runs(sweep, gpus_per_node: int, cpus_per_node: int) -> None:
     """Refuse a run no node of the allocation could take (Ray would wait for it forever), and a
     multi-node run (Lightning's SLURM launcher runs those, not a Ray actor): the Ray engine's own
-    check (bench.sweep.ray_engine.check_runs), against nodes of the allocation's size."""
+    check (bench.sweep.ray_cluster.check_runs), against nodes of the allocation's size."""
     import dataclasses
 
-    from bench.sweep.ray_engine import check_runs as check
+    from bench.sweep.ray_cluster import check_runs as check
 
     node = {"id": "", "ip": "", "cpus": cpus_per_node, "gpus": gpus_per_node}
     runs = [(r.key, dataclasses.replace(r.cfg, threads=sweep.spec.threads or r.cfg.threads)) for r in sweep.runs]
@@ -204,8 +203,8 @@ def render(
     one node); ``checkpoint_dir`` is exported as $CREDITBENCH_CHECKPOINTS (the runs' checkpoint.dir
     unless the spec sets it); ``python_env`` is the shell line that activates the environment in the
     repository ``root`` (default: this package's repository)."""
+    from bench.config import default_uri
     from bench.sweep.sweep import load_spec
-    from bench.tracking.tracking import default_uri
 
     uri = uri or default_uri()
     check_args(nodes, gpus_per_node, cpus_per_node, time, uri, jobs)
@@ -274,58 +273,3 @@ def wait_nodes(address: str, nodes: int, timeout_s: float, poll_s: float = 5.0) 
                 "see the ray start lines in the job's log"
             )
         time.sleep(poll_s)
-
-
-def main(argv: Sequence[str]) -> int:
-    """``creditbench slurm SPEC ...``: print the sbatch script, or write it to --output."""
-    from bench.run.args import ArgumentParser
-
-    ap = ArgumentParser(
-        prog="creditbench slurm",
-        description="Write an sbatch script that starts a Ray cluster across a SLURM allocation and runs the "
-        "sweep on it (creditbench sweep SPEC --ray); submit it with sbatch. See docs/cluster.md.",
-    )
-    ap.add_argument("spec", help="sweep YAML (see results/sweeps/)")
-    ap.add_argument("--nodes", type=int, default=2)
-    ap.add_argument("--gpus_per_node", type=int, default=0, help="GPUs per node (0: a CPU sweep)")
-    ap.add_argument("--cpus_per_node", type=int, default=8, help="CPUs per node Ray may use")
-    ap.add_argument("--time", default="04:00:00", help="time limit [D-]HH:MM:SS; the job requeues itself at it")
-    ap.add_argument("--partition", default=None)
-    ap.add_argument("--account", default=None)
-    ap.add_argument("--mem", default=None, help="memory per node, as sbatch takes it (e.g. 64G)")
-    ap.add_argument("--uri", default=None, help="MLflow tracking server (http://...); default $MLFLOW_TRACKING_URI")
-    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the sweep's own)")
-    ap.add_argument("--results_dir", default="results")
-    ap.add_argument("--checkpoint_dir", default=None, help="run checkpoints on the shared filesystem")
-    ap.add_argument("--sbatch", action="append", default=[], help="another #SBATCH option (repeatable)")
-    ap.add_argument("--output", default=None, help="write the script here instead of printing it")
-    a = ap.parse_args(list(argv))
-    script = render(
-        a.spec, a.nodes, a.gpus_per_node, a.cpus_per_node, a.time, a.partition, a.account, a.mem, a.uri,
-        a.jobs, a.results_dir, a.checkpoint_dir, a.sbatch,
-    )  # fmt: skip
-    if a.output is None:
-        print(script, end="")
-        return 0
-    Path(a.output).write_text(script)
-    (ROOT / "logs").mkdir(exist_ok=True)  # sbatch does not create the folder of --output
-    print(f"wrote {a.output}; submit it with: sbatch {a.output}")
-    return 0
-
-
-def _wait_main(argv: Sequence[str]) -> int:
-    """``python -m bench.sweep.slurm wait ADDRESS NODES TIMEOUT_S`` (the script's wait for its nodes)."""
-    if len(argv) != 4 or argv[0] != "wait":
-        print("usage: python -m bench.sweep.slurm wait ADDRESS NODES TIMEOUT_S", file=sys.stderr)
-        return 2
-    try:
-        n = wait_nodes(argv[1], int(argv[2]), float(argv[3]))
-    except CreditBenchError as e:
-        print(f"creditbench slurm: error: {e}", file=sys.stderr)
-        return 1
-    print(f"creditbench slurm: {n} Ray node(s) up at {argv[1]}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_wait_main(sys.argv[1:]))

@@ -46,7 +46,9 @@ from bench.config import TaskSpec
 from bench.core import check
 from bench.errors import CreditBenchError, did_you_mean
 from bench.run.args import describe_type, load_yaml, locate
-from bench.sweep.entries import Budget, Control, MethodEntry, ModelEntry, SequentialSpec, Tune
+from bench.sweep.analysis import Analysis
+from bench.sweep.entries import Control, MethodEntry, ModelEntry
+from bench.sweep.schedule import Budget, SequentialSpec, Tune
 
 TargetOf = Literal["gain", "final"]
 TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
@@ -54,51 +56,6 @@ TARGETS: tuple[str, ...] = typing.get_args(TargetOf)
 policy, or a share of its final pass@1."""
 ALL = "all"
 """The method entry that stands for every registered method not listed under its own name."""
-
-
-@dataclass
-class Analysis:
-    """How the report compares methods (bench.report.inference) and how ``--dry_run`` sizes the design."""
-
-    metric: str = "pass_at_1"
-    """The primary metric: the family of comparisons (every label vs its control, per model and task)
-    is tested on it with Holm's correction."""
-    alpha: float = 0.05
-    """Family-wise error rate of the comparisons (Holm) and level of the equivalence tests."""
-    power: float = 0.8
-    """Power at which the minimum detectable difference is stated."""
-    margin: float = 0.03
-    """Equivalence margin (the metric's scale): "no difference" is claimed only when a TOST bounds the
-    difference within +-margin."""
-    controls: dict[str, str] = field(default_factory=dict)
-    """Label -> the label it is compared with instead of the baseline (e.g. a LoRA method with
-    the rank-matched LoRA baseline)."""
-    credit_controls: dict[str, list[str]] = field(default_factory=dict)
-    """Label -> the labels of its credit controls (its credit-off twin, its placebo): the primary
-    family of comparisons, each method against each of them; filled by the spec's ``credit_controls``.
-    The comparisons with the baseline are then the secondary family, Holm-adjusted on their own."""
-    sd_train: float | None = None
-    """Prior SD of a run's primary metric from training alone (between seeds), for ``--dry_run``."""
-    sd_item: float | None = None
-    """Prior within-problem sampling SD (sqrt of the mean of p(1-p) over problems), for ``--dry_run``."""
-    pilot: str | None = None
-    """A sweep under the results folder whose runs give the variance components for ``--dry_run``
-    (instead of sd_train and sd_item)."""
-    sequential: dict[str, Any] | None = None
-    """The spec's ``sequential`` schedule (filled from it): the credit family is then decided by the
-    group-sequential analysis (bench.report.sequential)."""
-
-    def __post_init__(self) -> None:
-        check(
-            re.fullmatch(r"(pass|avg)_at_[1-9]\d*|greedy", self.metric) is not None,
-            f"analysis.metric must be pass_at_K (K in eval.k), avg_at_N (N = eval.n) or greedy, got {self.metric!r}",
-        )
-        check(0 < self.alpha < 0.5, f"analysis.alpha must be in (0, 0.5), got {self.alpha}")
-        check(0 < self.power < 1, f"analysis.power must be in (0, 1), got {self.power}")
-        check(self.margin > 0, f"analysis.margin must be > 0, got {self.margin}")
-        for name in ("sd_train", "sd_item"):
-            value = getattr(self, name)
-            check(value is None or value >= 0, f"analysis.{name} must be >= 0, got {value}")
 
 
 @dataclass
@@ -197,6 +154,7 @@ class SweepSpec:
             for m in entries
         ]
         entries = self._with_credit_controls(entries)
+        self.analysis.placebos = [m.label for m in entries if m.placebo]
         labels = [m.label for m in entries]
         twice = sorted({x for x in labels if labels.count(x) > 1})
         check(
@@ -264,14 +222,14 @@ def read_spec(path: str | Path) -> SweepSpec:
         )
     try:
         spec = SweepSpec(**vars(_parse(SweepSpec, _expand(raw))))
-        if spec.credit_controls or any(m.credit_controls for m in spec.methods):
-            spec.method_entries()  # names the twins and placebos in analysis.credit_controls
+        if spec.credit_controls or spec.analysis.credit_controls or any(m.credit_controls for m in spec.methods):
+            spec.method_entries()  # names the twins and placebos in analysis.credit_controls and .placebos
         if spec.sequential is not None:
             check(
                 bool(spec.analysis.credit_controls),
                 "sequential needs credit comparisons to decide: give credit_controls (twin, placebo)",
             )
-            spec.analysis.sequential = dataclasses.asdict(spec.sequential)
+            spec.analysis.sequential = spec.sequential
         return spec
     except CreditBenchError as e:
         raise spec_error(path, str(e)) from None
@@ -290,39 +248,61 @@ def spec_error(path: Path, message: str, base: str | None = None) -> CreditBench
 def _expand(raw: dict[str, Any]) -> dict[str, Any]:
     """``raw`` with its shorthands expanded, its keys checked and null values dropped (a null is the
     default, or missing where the key is required)."""
-    names = [f.name for f in dataclasses.fields(SweepSpec)]
-    for key in raw:
-        if key not in names:
-            raise did_you_mean("sweep spec key", key, names)
+    _check_keys(raw)
     out = {k: v for k, v in raw.items() if v is not None}
     hints = typing.get_type_hints(SweepSpec)
     for key, value in out.items():
-        if any(typing.get_origin(h) is list for h in (hints[key], *typing.get_args(hints[key]))):  # list[X] | None
+        if _is_list(hints[key]):  # one entry given alone is a list of one
             out[key] = value if isinstance(value, list) else [value]
     for key, cls in ENTRIES.items():
         if key in out:
             out[key] = [_entry(cls, key, e) for e in out[key]]
     for f in dataclasses.fields(SweepSpec):
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in out:
-            raise CreditBenchError(f"{f.name!r} is required: {describe_type(hints[f.name])}")
-        optional = {"sequential": SequentialSpec, "tune": Tune}.get(f.name)
-        if optional is not None and isinstance(out.get(f.name), dict):  # its own checks, before the Union hides them
-            known = {g.name for g in dataclasses.fields(optional)}
-            for k in out[f.name]:
-                if k not in known:
-                    raise did_you_mean(f"{f.name} key", k, sorted(known))
-            try:
-                optional(**out[f.name])
-            except CreditBenchError:
-                raise
-            except (TypeError, ValueError, AttributeError):  # a value of the wrong type: jsonargparse says which
-                pass
-        group = hints[f.name]
-        if dataclasses.is_dataclass(group) and f.name in out:
-            value = out[f.name]
-            if not isinstance(value, dict) or set(value) - {g.name for g in dataclasses.fields(group)}:
-                raise CreditBenchError(f"{f.name} must be {describe_type(group)}, got {value!r}")
+        _check_field(f, hints[f.name], out)
     return out
+
+
+def _check_keys(raw: dict[str, Any]) -> None:
+    """Every key of ``raw`` is a field of the spec (else: did you mean)."""
+    names = [f.name for f in dataclasses.fields(SweepSpec)]
+    for key in raw:
+        if key not in names:
+            raise did_you_mean("sweep spec key", key, names)
+
+
+def _is_list(hint: Any) -> bool:
+    """Whether a type hint is ``list[X]`` or ``list[X] | None``."""
+    return any(typing.get_origin(h) is list for h in (hint, *typing.get_args(hint)))
+
+
+def _check_field(f: dataclasses.Field, hint: Any, out: dict[str, Any]) -> None:
+    """One field of the spec in ``out``: given where it is required; a schedule block (``sequential``,
+    ``tune``) checked by its own dataclass, before the Union of its type hides its errors; a group (a
+    dataclass field) a mapping of its fields."""
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in out:
+        raise CreditBenchError(f"{f.name!r} is required: {describe_type(hint)}")
+    block = {"sequential": SequentialSpec, "tune": Tune}.get(f.name)
+    if block is not None and isinstance(out.get(f.name), dict):
+        _check_block(f.name, block, out[f.name])
+    if dataclasses.is_dataclass(hint) and f.name in out:
+        value = out[f.name]
+        if not isinstance(value, dict) or set(value) - {g.name for g in dataclasses.fields(hint)}:
+            raise CreditBenchError(f"{f.name} must be {describe_type(hint)}, got {value!r}")
+
+
+def _check_block(name: str, cls: type, value: dict[str, Any]) -> None:
+    """A schedule block's keys (did you mean) and its own checks; a value of the wrong type is left to
+    jsonargparse, which names it."""
+    known = {g.name for g in dataclasses.fields(cls)}
+    for k in value:
+        if k not in known:
+            raise did_you_mean(f"{name} key", k, sorted(known))
+    try:
+        cls(**value)
+    except CreditBenchError:
+        raise
+    except (TypeError, ValueError, AttributeError):  # a value of the wrong type: jsonargparse says which
+        pass
 
 
 def _entry(cls: type, key: str, entry: Any) -> dict[str, Any]:

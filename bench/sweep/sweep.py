@@ -1,6 +1,7 @@
 """What a sweep is: every method x model x seed (x training task) of a YAML spec, each an
-independent ``creditbench train`` run, and where each run's result goes
-(results/<sweep>/runs/<run>.json). How a sweep runs is :mod:`bench.sweep.launch`.
+independent ``creditbench train`` run, and where its results go (each run's:
+results/<sweep>/runs/<run>.json; the report: :func:`report_path`; the credit probe's:
+:func:`probe_dir`). How a sweep runs is :mod:`bench.sweep.launch`.
 
     creditbench sweep results/sweeps/embedded.yaml [--jobs 2] [--dry_run]
 
@@ -29,7 +30,7 @@ from typing import Any
 from bench.config import EvalConfig, RunConfig, TaskSpec
 from bench.errors import CreditBenchError
 from bench.run.args import load_yaml, run_config
-from bench.run.result import RunResult
+from bench.run.result import RunResult, result_path
 from bench.sweep.spec import MethodEntry, ModelEntry, SweepSpec, read_spec, spec_error
 
 GROUPS = frozenset(f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.default_factory))
@@ -206,14 +207,19 @@ def _hash(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def result_path(results_dir: str | Path, sweep: str, key: str) -> Path:
-    """Where the result JSON of the sweep's run ``key`` goes: results/<sweep>/runs/<key>.json."""
-    return Path(results_dir) / sweep / "runs" / f"{key}.json"
+def report_path(results_dir: str | Path, sweep: str) -> Path:
+    """Where a sweep's report lies: results/<sweep>/report.json (its runs: :func:`bench.run.result.runs_dir`)."""
+    return Path(results_dir) / sweep / "report.json"
+
+
+def probe_dir(results_dir: str | Path, sweep: str) -> Path:
+    """Where a sweep's credit probe writes its records and report: results/probes/<sweep>."""
+    return Path(results_dir) / "probes" / sweep
 
 
 def result_writer(cfg: RunConfig) -> Callable[[RunResult], None] | None:
     """What a sweep's run does with its result (``bench.run.train.run``'s ``on_result``): write it to
-    :func:`result_path`, before its MLflow run is marked finished (a finished run has it); None for a
+    :func:`bench.run.result.result_path`, before its MLflow run is marked finished (a finished run has it); None for a
     run outside a sweep."""
     from bench.run.resolve import run_name
 

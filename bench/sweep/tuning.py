@@ -22,8 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from bench.atomic import write_atomic
 from bench.core import check
 from bench.run.result import RunResult, load_runs
+from bench.stats import format as fmt
+from bench.stats.paired import summarize
 from bench.sweep.spec import MethodEntry, SweepSpec
 
 SEP = "@"
@@ -46,8 +49,7 @@ def grid(spec: SweepSpec, entry: MethodEntry) -> list[dict[str, Any]]:
         len(set(sizes.values())) <= 1,
         f"tune.knobs must all list the same number of values, so every label gets the same tuning runs; got {sizes}",
     )
-    twins = {c for cs in spec.analysis.credit_controls.values() for c in cs if c.endswith("-twin")}
-    knob = {} if entry.label in twins else spec.tune.knobs.get(entry.name, {})
+    knob = {} if spec.analysis.control(entry.label) == "twin" else spec.tune.knobs.get(entry.name, {})
     if knob:
         ((option, values),) = knob.items()
         return [{"lr": lr, option: v} for lr in spec.tune.lr for v in values]
@@ -70,11 +72,10 @@ def tuning_spec(spec: SweepSpec) -> SweepSpec:
     """The tuning sweep ``<name>-tune``: every label x grid point on the tuning seeds, scored on the eval
     problems after the verdict's, at the same budget."""
     assert spec.tune is not None
-    placebos = {c for cs in spec.analysis.credit_controls.values() for c in cs if c.endswith("-placebo")}
     entries = [
         with_point(dataclasses.replace(m, credit_controls=[]), p, point_label(m.label, p))
         for m in spec.method_entries()
-        if not (spec.tune.pairs and m.label in placebos)  # a pair's placebo takes the pair's rate
+        if not (spec.tune.pairs and spec.analysis.control(m.label) == "placebo")  # it takes the pair's rate
         for p in grid(spec, m)
     ]
     base_point = point_label(
@@ -146,11 +147,11 @@ def _best(per_seed: list[dict[int, float]]) -> tuple[int | None, float | None]:
     if len(order) < 2 or not np.isfinite(means[order[1]]):
         return best, None
     a, b = per_seed[best], per_seed[order[1]]
-    d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))])
+    d = [a[s] - b[s] for s in sorted(set(a) & set(b))]
     if len(d) < 2:
         return best, None
-    se = float(d.std(ddof=1) / np.sqrt(len(d)))
-    return best, (float(d.mean() / se) if se > 0 else None)
+    s = summarize(d)
+    return best, (s.mean / s.se if s.se > 0 else None)
 
 
 def _pairs(spec: SweepSpec, scores, points, labels: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +159,7 @@ def _pairs(spec: SweepSpec, scores, points, labels: dict[str, Any]) -> dict[str,
     method and twin is best, its margin in SEs, and method - twin at every point (the sensitivity row)."""
     out = {}
     for method, controls in spec.analysis.credit_controls.items():
-        twin = next((c for c in controls if c.endswith("-twin")), None)
+        twin = next((c for c in controls if spec.analysis.control(c) == "twin"), None)
         if twin is None or method not in labels or twin not in labels:
             continue
         grid_points = points[method]
@@ -175,9 +176,10 @@ def _pairs(spec: SweepSpec, scores, points, labels: dict[str, Any]) -> dict[str,
                                                          edge=edge)  # fmt: skip
         rows = []
         for p, a, b in zip(grid_points, m, t):
-            d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))])
-            se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
-            rows.append({"point": p, "n": len(d), "diff": float(d.mean()) if len(d) else None, "se": se})
+            d = [a[s] - b[s] for s in sorted(set(a) & set(b))]
+            s = summarize(d) if len(d) > 1 else None
+            diff = s.mean if s else (float(d[0]) if d else None)
+            rows.append({"point": p, "n": len(d), "diff": diff, "se": s.se if s else None})
         out[method] = {"twin": twin, "chosen": grid_points[best], "margin_se": margin, "by_point": rows}
     return out
 
@@ -193,7 +195,7 @@ def read(results_dir: str | Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def markdown(tuning: dict[str, Any]) -> list[str]:
+def markdown_lines(tuning: dict[str, Any]) -> list[str]:
     """The tuning section of a report: each label's chosen point, its margin over the runner-up, every
     point's mean, the cost; under ``tune.pairs`` each pair's comparison at every point."""
     pairs = tuning.get("pairs") or {}
@@ -216,7 +218,8 @@ def markdown(tuning: dict[str, Any]) -> list[str]:
     ]
     for label, v in tuning["labels"].items():
         cells = (
-            ", ".join(f"{_point(t['point'])}: {_mean(t['mean'])} ({t['runs']})" for t in v["grid"]) or "(its pair's)"
+            ", ".join(f"{_point(t['point'])}: {fmt.number(t['mean'])} ({t['runs']})" for t in v["grid"])
+            or "(its pair's)"
         )
         chosen = (_point(v["chosen"]) + (" (grid edge)" if v.get("edge") else "")) if v["chosen"] else "–"
         margin = "–" if v.get("margin_se") is None else f"{v['margin_se']:.1f}"
@@ -241,16 +244,11 @@ def markdown(tuning: dict[str, Any]) -> list[str]:
         ]
         for method, pr in pairs.items():
             cells = [
-                ("–" if r["diff"] is None else f"{r['diff']:+.3f}" + ("" if r["se"] is None else f" ± {r['se']:.3f}"))
-                + (" *" if r["point"] == pr["chosen"] else "")
+                fmt.with_se(r["diff"], r["se"], "+.3f") + (" *" if r["point"] == pr["chosen"] else "")
                 for r in pr["by_point"]
             ]
             out.append(f"| {method} vs {pr['twin']} | " + " | ".join(cells) + " |")
     return out + [""]
-
-
-def _mean(x: float | None) -> str:
-    return "–" if x is None else f"{x:.3f}"
 
 
 def _point(p: dict[str, Any]) -> str:
@@ -263,7 +261,5 @@ def write(spec: SweepSpec, tuned, results_dir: str | Path) -> dict[str, Any]:
     choice = select(spec, load_runs(str(results_dir), tuned.name, [r.key for r in tuned.runs]))
     path = tuning_path(results_dir, spec.name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(choice, indent=1))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(choice, indent=1))
     return choice

@@ -1,6 +1,7 @@
 """Sweep workers: a long-lived process that imports everything once and runs many sweep runs one
 after another, each exactly as ``creditbench train --config RUN.yaml --no-progress`` would in a
-process of its own (same parser, same code, same seed: the same numbers).
+process of its own (the same function, :func:`bench.run.command.train_command`: the same parser,
+checks and code, the same seed: the same numbers).
 
     python -m bench.sweep.worker      # started by a sweep, one per job slot; not a user command
 
@@ -118,32 +119,16 @@ def redirected(log: IO[str]) -> Iterator[None]:
         os.close(saved[1])
 
 
-def train(config: str | Path) -> int:
-    """``creditbench train --config CONFIG --no-progress`` in this process: the same parser, checks,
-    run and closing line; its exit status (2 for a bad configuration or a refused run)."""
-    from bench.errors import CreditBenchError
-    from bench.run.args import run_config
-    from bench.run.resolve import preflight
-    from bench.run.train import run, summary_line
-    from bench.sweep.sweep import result_writer
-
-    try:
-        cfg = run_config(["--config", str(config), "--no_progress"])
-        checked = preflight(cfg)  # once: the run reuses it
-        print(summary_line(run(cfg, progress=False, checked=checked, on_result=result_writer(cfg))))
-    except CreditBenchError as e:
-        print(f"creditbench: error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def run_one(config: str | Path, log: str | Path) -> int:
     """Run the config at ``config`` in this process as ``creditbench train`` would, its output to
     ``log``; the exit status that command would have had (1 for an uncaught exception)."""
+    from bench.run.command import train_command
+    from bench.sweep.sweep import result_writer
+
     state = ProcessState()
     with open(log, "w", buffering=1) as fh, redirected(fh):
         try:
-            status = train(config)
+            status = train_command(["--config", str(config), "--no_progress"], result_writer)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else 1
         except Exception:  # as an uncaught exception ends `creditbench train`: traceback, status 1

@@ -11,10 +11,10 @@ ids that accepts the same store path, and is rewritten with the ids by the next 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from bench.atomic import write_atomic
 from bench.errors import CreditBenchError
 from bench.tracking import sweep_runs, tracking
 
@@ -53,9 +53,7 @@ def record_store(out: Path, uri: str, experiment_id: str, parent_run_id: str) ->
     if record and (record.get("experiment_id"), record.get("parent_run_id")) == (experiment_id, parent_run_id):
         return
     new = {"uri": uri, "experiment_id": experiment_id, "parent_run_id": parent_run_id}
-    tmp = out / ".store.json.tmp"
-    tmp.write_text(json.dumps(new, indent=1) + "\n")
-    os.replace(tmp, out / "store.json")  # never half a record
+    write_atomic(out / "store.json", json.dumps(new, indent=1) + "\n")  # never half a record
 
 
 def claim_store(out: Path, uri: str, sweep: str) -> str | None:

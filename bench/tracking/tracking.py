@@ -13,11 +13,6 @@ from typing import Any
 from bench.errors import CreditBenchError
 
 
-def default_uri() -> str:
-    """The tracking URI when none is given: $MLFLOW_TRACKING_URI, else a local SQLite store."""
-    return os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
-
-
 def git_commit() -> str:
     try:
         root = Path(__file__).resolve().parent.parent

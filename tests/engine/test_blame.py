@@ -158,11 +158,11 @@ def test_a_task_without_blame_has_no_probe(policy_dir):
     assert module.blame() == {}
 
 
-def test_the_credit_probe_names_its_blame_token(policy_dir):
+def test_the_credit_map_names_its_blame_token(policy_dir):
     task = NoCapitals(Arithmetic.Config(train_size=500))
     module, _ = _module(policy_dir, task)
-    assert module.make_probe(list(task.load("eval").select(range(8))))
-    probe = module.credit_probe()
+    assert module.make_fixed_sets(list(task.load("eval").select(range(8))))
+    probe = module.measure_credit_map()
     text = "".join(probe["completion_tokens"])
     assert probe["reward"] == 0.0 and probe["completion_tokens"][probe["blame"]].isupper()
     assert not any(ch.isupper() for ch in text[: probe["blame"]])
@@ -208,7 +208,7 @@ def test_probes_are_made_on_the_trainers_device_and_scored_where_the_policy_is()
     """Lightning's validate() leaves the module on the CPU before fit(): the probe is made on the
     trainer's device and the policies go back after; a probe batch from a checkpoint (on the CPU)
     follows the policy when it is scored."""
-    from bench.engine.probe import moved_to
+    from bench.engine.credit_map import moved_to
 
     policy, ref = _Placed(), _Placed()
     with moved_to(torch.device("cuda", 0), policy, None, ref):

@@ -70,7 +70,7 @@ def test_a_short_fsdp_run_trains_and_saves_the_whole_policy(tmp_path, one_thread
     """3 RL steps of GRPO (KL to the reference: a sharded frozen copy, or the adapter-off pass under
     LoRA), 2 PPO epochs x 2 minibatches in micro-batches, in 2 FSDP processes that generate
     completions of different lengths: the trainable weights move, the frozen ones do not, the greedy
-    eval (3 + 4 problems) and the credit probe run, and the saved policy loads back with the trained
+    eval (3 + 4 problems) and the credit map run, and the saved policy loads back with the trained
     weights."""
     from bench.models.policy import load_policy
 

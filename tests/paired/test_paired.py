@@ -39,15 +39,15 @@ def spec(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def plan(spec, tmp_path_factory):
-    from bench.paired.plan import ProbeOptions, make_plan
+    from bench.paired.plan import ProbeOptions, probe_plan
 
-    return make_plan(spec, ProbeOptions(batches=2, phases=(0.0, 1.0), lrs=(2e-4,), placebo=True),
-                     tmp_path_factory.mktemp("results"))  # fmt: skip
+    return probe_plan(spec, ProbeOptions(batches=2, phases=(0.0, 1.0), lrs=(2e-4,), placebo=True),
+                      tmp_path_factory.mktemp("results"))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def checkpoints(plan):
-    from bench.paired.reference import trajectory
+    from bench.paired.trajectory import trajectory
 
     return trajectory("s_trace-twin", plan.labels["s_trace-twin"], 0, [0.0, 1.0], plan.budget)
 
@@ -128,12 +128,13 @@ def test_segments_start_paired(plan, checkpoints):
 def test_stratified_difference_by_hand():
     """Two checkpoints with differences [1, 3] and [2, 2, 5]: stratum means 2 and 3, mean 2.5; variances
     2/2 and 3/3, SE = sqrt(1 + 1) / 2 = 0.7071; df = 1 + 2 = 3."""
-    from bench.report.per_update import stratified
+    from bench.paired.stats import Unit, stratified
 
-    diffs = {("r", 0, 0.0, 0): 1.0, ("r", 0, 0.0, 1): 3.0, ("r", 0, 1.0, 0): 2.0, ("r", 0, 1.0, 1): 2.0,
-             ("r", 0, 1.0, 2): 5.0}  # fmt: skip
+    diffs = {Unit("r", 0, 0.0, 0): 1.0, Unit("r", 0, 0.0, 1): 3.0, Unit("r", 0, 1.0, 0): 2.0,
+             Unit("r", 0, 1.0, 1): 2.0, Unit("r", 0, 1.0, 2): 5.0}  # fmt: skip
     s = stratified(diffs)
     assert s["mean"] == pytest.approx(2.5) and s["se"] == pytest.approx(0.5**0.5) and s["df"] == 3
+    assert s["checkpoints"] == 2 and Unit("r", 0, 1.0, 2).checkpoint == ("r", 0, 1.0)
     assert s["lo"] == pytest.approx(2.5 - 3.182446 * 0.5**0.5, abs=1e-5)
 
 

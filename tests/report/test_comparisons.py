@@ -10,7 +10,7 @@ from bench.report.design import design_lines
 from bench.report.files import markdown
 from bench.report.summary import build_report
 from bench.run.result import EvalPoint, RunResult
-from bench.sweep.spec import Analysis
+from bench.sweep.analysis import Analysis
 
 P, N = 60, 4
 

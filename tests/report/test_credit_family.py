@@ -7,7 +7,7 @@ import pytest
 
 from bench.report.comparisons import analyse
 from bench.report.inference import assess, compare
-from bench.sweep.spec import Analysis
+from bench.sweep.analysis import Analysis
 
 ALPHA = 0.05
 
@@ -57,7 +57,7 @@ def test_the_report_tests_each_method_against_its_controls_first_and_leaves_plac
         base = 0.5 + rng.normal(0, 0.02)
         for label, shift in (("grpo", 0), ("m", 0.05), ("m-twin", 0.0), ("m-placebo", -0.02)):
             runs.append(_Run(label, s, base + shift + rng.normal(0, 0.005)))
-    analysis = Analysis(credit_controls={"m": ["m-twin", "m-placebo"]})
+    analysis = Analysis(credit_controls={"m": ["m-twin", "m-placebo"]}, placebos=["m-placebo"])
     out = analyse(runs, "grpo", analysis)
     credit = out["credit"]["assessment"]
     assert [(c["baseline"], list(c["diffs"])) for c in credit["comparisons"]] == [

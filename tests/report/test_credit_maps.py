@@ -1,5 +1,6 @@
-"""The credit table (bench/report/credit_maps.py) from a sweep's run summaries: each row from its
-run's result, in the order of the spec the sweep ran; one line when there is nothing to read."""
+"""The credit table (bench/report/credit_maps.py, ``creditbench credit-maps``) from a sweep's run
+summaries: each row from its run's result, in the order of the spec the sweep ran; one line when
+there is nothing to read."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 
 import pytest
 
+from bench.cli.credit_maps import main
 from bench.errors import CreditBenchError
 from bench.report import credit_maps
 from bench.run.result import RunResult
@@ -53,5 +55,5 @@ def test_each_row_is_its_runs_summary(tmp_path):
 
 def test_a_sweep_without_runs_is_one_line(tmp_path, capsys):
     with pytest.raises(CreditBenchError, match="no finished runs under"):
-        credit_maps.main(["--sweep", "nothing", "--results_dir", str(tmp_path)])
+        main(["--sweep", "nothing", "--results_dir", str(tmp_path)])
     assert not (tmp_path / "nothing" / "credit.md").exists()

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.cli.curve_fit import main
 from bench.errors import CreditBenchError
-from bench.report.curve_fit import Fit, extrapolation_check, fit_curve, fit_label, intervals_overlap, main, markdown
+from bench.report.curve_fit import Fit, extrapolation_check, fit_curve, fit_label, intervals_overlap, markdown_lines
 from bench.report.summary import load_runs
 from bench.run.result import EvalPoint, RunResult
 
@@ -79,7 +80,7 @@ def test_two_points_past_the_base_are_not_identifiable():
     assert out["reason"] == "3 free parameters (A, B, C_mid) need 3 distinct C > 0, have 2 (1024, 2048)"
     x = extrapolation_check(runs, "toy")
     assert x == {"possible": False, "reason": "3 eval points with 0 < C <= 1024 needed, have 1"}
-    assert "not identifiable: 3 free parameters" in markdown([out | {"extrapolation": x}])[-1]
+    assert "not identifiable: 3 free parameters" in markdown_lines([out | {"extrapolation": x}])[-1]
 
 
 def test_fewer_than_three_seeds_give_a_point_fit_and_no_interval():
@@ -97,7 +98,7 @@ def test_labels_that_end_at_different_levels_have_apart_a_intervals():
     high, low = fit_label(_runs("high"), "toy", n_boot=100), fit_label(_runs("low", A=0.6), "toy", n_boot=100)
     assert intervals_overlap(high, low) == {"A": False, "C_mid": True}
     assert intervals_overlap(high, fit_label(_runs(seeds=2), "toy")) == {"A": None, "C_mid": None}
-    row = markdown([high])[-1]
+    row = markdown_lines([high])[-1]
     assert row.startswith("| high | toy | m | 0.8")
     assert row.endswith("| n/a: not run | separates: A and C_mid determined within the budget |")
 

@@ -5,9 +5,10 @@ import math
 import pytest
 
 from bench.report.files import markdown
-from bench.report.stats import cost_to_target, curve_auc, t_interval
 from bench.report.summary import build_report
 from bench.run.result import EvalPoint, RunResult
+from bench.stats.intervals import t_interval
+from bench.stats.metrics import cost_to_target, curve_auc
 
 
 def test_auc_of_a_linear_curve_is_its_mean():

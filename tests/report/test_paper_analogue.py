@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _analogue_row(label, values):
     """A report row of configuration ``label`` with per-seed values of each metric (3 seeds)."""
-    from bench.report.stats import t_interval
+    from bench.stats.intervals import t_interval
 
     return {
         "method": label,

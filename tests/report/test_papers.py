@@ -13,6 +13,8 @@ import pytest
 import yaml
 from scipy import stats
 
+from bench import cli
+from bench.cli import table
 from bench.errors import CreditBenchError
 from bench.registry import METHODS, TASKS
 from bench.report import papers
@@ -153,7 +155,7 @@ def test_table_puts_measured_beside_paper_numbers(tmp_path, capsys):
         rows.append(_row("s_trace", "s_trace", "Qwen/Qwen3-1.7B", b, {"pass_at_16": ours[b]}))
     _write_report(tmp_path, _report("paper-selective_traces", "grpo", rows))
 
-    assert papers.main(["--paper", "selective_traces", "--results-dir", str(tmp_path)]) == 0
+    assert table.main(["--paper", "selective_traces", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     diffs = [sum(ours[b][s] - theirs[b][s] for b in benches) / len(benches) * 100 for s in range(3)]
     mean = sum(diffs) / 3
@@ -247,7 +249,7 @@ def test_table_deltas_use_vs_baseline_or_the_two_rows(tmp_path, capsys):
     ]
     _write_report(tmp_path / "results", _report("toy-sweep", "grpo", rows))
     assert (
-        papers.main(
+        table.main(
             [
                 "--paper",
                 "toy",
@@ -286,7 +288,7 @@ def test_models_match_by_their_last_path_component():
 
 
 def test_unknown_paper_is_a_one_line_error_naming_the_valid_ones(capsys):
-    assert papers.main(["--paper", "strace"]) == 2
+    assert cli.main(["table", "--paper", "strace"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("creditbench: error: unknown paper 'strace'")
     assert all(name in err for name in PAPERS)
@@ -325,9 +327,9 @@ def test_setting_status_must_be_known(tmp_path):
         paper_data.load_paper("toy", d)
 
 
-def test_python_dash_m_works():
+def test_the_table_command_works_in_a_process_of_its_own():
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.report.papers", "--paper", "arca", "--results-dir", "/nonexistent"],
+        [sys.executable, "-m", "bench.cli", "table", "--paper", "arca", "--results-dir", "/nonexistent"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -8,7 +8,9 @@ import math
 import pytest
 from PIL import Image
 
-from bench.report.plots import main, write_plots
+from bench.cli.plots import main
+from bench.errors import CreditBenchError
+from bench.report.plots import write_plots
 from bench.report.plots.common import method_colors
 
 MODELS = {"tiny-2m": 1_987_520, "tiny-500k": 529_856}  # listed out of size order on purpose
@@ -163,7 +165,7 @@ def test_cli(tmp_path, capsys):
     report.write_text(json.dumps(_report()))
     main([str(report), str(tmp_path / "out")])
     assert len(capsys.readouterr().out.split()) == len(PLAIN)
-    with pytest.raises(SystemExit, match="cannot read"):
+    with pytest.raises(CreditBenchError, match="cannot read"):
         main([str(tmp_path / "missing.json"), str(tmp_path / "out")])
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench.report.robust import iqm, markdown, probability_of_improvement, stratified_bootstrap, summaries
+from bench.report.robust import iqm, markdown_lines, probability_of_improvement, stratified_bootstrap, summaries
 from bench.report.summary import load_runs
 from bench.run.result import RunResult
 
@@ -109,7 +109,7 @@ def test_summaries_need_three_seeds_for_an_interval_and_use_each_labels_control(
     assert rows["two"]["seeds"] == 2 and rows["two"]["iqm"]["lo"] is None
     assert rows["two"]["p_improvement"] == {"value": 0.0, "lo": None, "hi": None}  # on task a only
     assert rows["arca"]["control"] == "lora" and rows["arca"]["p_improvement"]["value"] == 0.5
-    table = markdown(list(rows.values()))
+    table = markdown_lines(list(rows.values()))
     assert len(table) == 2 + len(rows) and "| m | two | a | 2 | 0.100 | grpo | 0.000 |" in table
 
 

@@ -1,6 +1,6 @@
 """Same numbers on every machine: the pinned CPU numerics, the pinned base checkpoints, the warm-start's
-stopping rule across a sharp transition, and the reproduction check (exact where the numerics match,
-statistical elsewhere). docs/reproducibility.md."""
+stopping rule across a sharp transition, and the numerics fingerprint each run and report carries
+(the reproduction check that compares them: tests/reproduce/test_agreement.py). docs/reproducibility.md."""
 
 from __future__ import annotations
 
@@ -17,11 +17,8 @@ import pytest
 from bench.bases import bases
 from bench.bases.warmstart import closest, partial_step, replay_window
 from bench.errors import CreditBenchError
-from bench.report.agreement import agreement
-from bench.report.reproduce import check, numerics_differ
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "results" / "embedded-quick" / "report.json"
 
 
 def _probe(env: dict[str, str]) -> str:
@@ -33,7 +30,7 @@ def _probe(env: dict[str, str]) -> str:
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the pins are x86-64 code paths")
 def test_importing_bench_pins_the_avx2_code_paths_unless_told_native():
-    from bench.bases.fingerprint import hardware_capability
+    from bench.environment.fingerprint import hardware_capability
 
     assert _probe({}) == "AVX2"
     native = _probe({"CREDITBENCH_NUMERICS": "native"})
@@ -41,7 +38,7 @@ def test_importing_bench_pins_the_avx2_code_paths_unless_told_native():
 
 
 def test_a_run_and_a_report_carry_the_numerics_fingerprint():
-    from bench.bases.fingerprint import common, describe, fingerprint
+    from bench.environment.fingerprint import common, describe, fingerprint
 
     fp = fingerprint(1)
     assert fp["numerics"]["threads"] == 1 and fp["numerics"]["torch"] and fp["numerics"]["transformers"]
@@ -169,59 +166,3 @@ def test_no_replay_when_a_check_lands_within_tolerance_or_the_target_is_never_re
     assert replay_window({25: 0.1, 50: 0.2}, 0.25, 0.02) is None  # max_steps: the closest check is the base
     assert closest({25: 0.1, 50: 0.2}, 0.25) == 50
     assert replay_window({25: 0.9}, 0.25, 0.02) == range(1, 26)  # past it at the first check: from the start
-
-
-# --- the reproduction check -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def report():
-    return json.loads(COMMITTED.read_text())
-
-
-def test_the_statistical_check_passes_the_committed_report_against_itself(report):
-    result = agreement(report, copy.deepcopy(report))
-    assert result.ok and len(result.lines) == len(report["analysis"]["assessment"]["rows"]) + 2 * len(report["rows"])
-
-
-def test_the_statistical_check_fails_a_reversed_verdict(report):
-    """Even where the intervals overlap: a label called worse than the baseline in one report and
-    better in the other is a different conclusion."""
-    committed, fresh = copy.deepcopy(report), copy.deepcopy(report)
-    committed["analysis"]["assessment"]["rows"][0]["verdict"] = "worse"
-    fresh["analysis"]["assessment"]["rows"][0]["verdict"] = "better"
-    result = agreement(committed, fresh)
-    assert not result.ok
-    assert any("verdict reversed" in line for line in result.lines)
-
-
-def test_the_statistical_check_fails_a_shifted_effect_and_a_missing_row(report):
-    fresh = copy.deepcopy(report)
-    row = fresh["analysis"]["assessment"]["rows"][0]
-    row["diff"]["value"] += 6 * row["diff"]["se"]  # beyond z * sqrt(2) * se for any family here
-    assert not agreement(report, fresh).ok
-    fresh = copy.deepcopy(report)
-    fresh["rows"].pop()
-    assert any("only in the committed" in line for line in agreement(report, fresh).lines)
-
-
-def test_the_check_is_exact_where_the_numerics_match_and_statistical_elsewhere(report, capsys):
-    fp = report["fingerprint"]
-    assert numerics_differ(report, copy.deepcopy(report)) == []
-    other = copy.deepcopy(report)
-    other["fingerprint"]["numerics"]["cpu_capability"] = (
-        "AVX512" if fp["numerics"]["cpu_capability"] != "AVX512" else "AVX2"
-    )
-    assert numerics_differ(report, other)
-    # a machine difference alone (the CPU model) keeps the exact check
-    moved = copy.deepcopy(report)
-    moved["fingerprint"]["machine"]["cpu"] = "another CPU"
-    assert numerics_differ(report, moved) == []
-    # exact: one float moved by an ulp fails where the numerics match ...
-    nudged = copy.deepcopy(report)
-    nudged["rows"][0]["metrics"]["pass_at_1"]["mean"] += 1e-15
-    assert check("embedded-quick", "spec", report, nudged, "auto", 0.05, 0.0) == 1
-    # ... and passes the statistical check where they do not
-    nudged["fingerprint"] = other["fingerprint"]
-    assert check("embedded-quick", "spec", report, nudged, "auto", 0.05, 0.0) == 0
-    assert "statistical check" in capsys.readouterr().out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli.eval import main as eval_main
 from bench.config import (
     CheckpointConfig,
     EvalConfig,
@@ -20,7 +21,6 @@ from bench.config import (
     TrackingConfig,
     WarmStartConfig,
 )
-from bench.run.evaluate import main as eval_main
 from bench.run.train import run
 
 # the end-to-end test's task and warm-start (tests/run/test_e2e.py): in one session the base is

@@ -17,6 +17,7 @@ from tiny_sweep import SPEC
 from bench.cli.sweep import rounds
 from bench.errors import CreditBenchError
 from bench.report import sequential as seq
+from bench.sweep.schedule import SequentialSpec
 from bench.sweep.sweep import load_spec
 
 SEQ = {"first": 3, "step": 1, "cap": 5}
@@ -51,7 +52,7 @@ def test_rounds_give_seeds_only_to_the_undecided_comparisons(tmp_path):
     """The round loop with the analysis the report makes, on per-seed differences drawn in advance:
     entropy_top's is large (decided at the first look), grpo_lambda's none (runs to the cap)."""
     sweep = load_spec(write(tmp_path))
-    assert sweep.spec.analysis.sequential == {**SEQ, "spending": "obf"}
+    assert sweep.spec.analysis.sequential is sweep.spec.sequential == SequentialSpec(**SEQ, spending="obf")
     rng = np.random.default_rng(0)
     truth = {"entropy_top": 0.5 + rng.normal(0, 0.01, 5), "grpo_lambda": rng.normal(0, 0.05, 5)}
     ran: list[set[tuple[str, int]]] = []
@@ -63,12 +64,9 @@ def test_rounds_give_seeds_only_to_the_undecided_comparisons(tmp_path):
             f"{m} vs {m}-twin": [truth[m][s] for s in sorted({s for lab, s in runs if lab == f"{m}-twin"})]
             for m in truth
         }
-        schedule = seq.Schedule(**SEQ)
-        res = seq.analyse(diffs, schedule, 0.05, 0.03)
-        needs = {}
-        for name, n in seq.seeds_to_run(res, schedule).items():
-            method = name.split(" vs ")[0]
-            needs |= {method: n, f"{method}-twin": n}
+        res = seq.analyse(diffs, SequentialSpec(**SEQ), 0.05, 0.03)
+        pairs = {name: {"method": name.split(" vs ")[0], "control": name.split(" vs ")[1]} for name in diffs}
+        needs = seq.per_label(seq.seeds_to_run(res), pairs)
         return {"analysis": {"sequential": {"analysis": res.to_dict(), "needs": needs}}}
 
     logs: list[str] = []
@@ -112,7 +110,7 @@ def test_a_sequential_sweep_runs_in_rounds_and_resumes_to_the_same_runs(tmp_path
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and " 0 to run" in again.stdout
     assert sorted(p.stem for p in (root / "results" / "seq" / "runs").glob("*.json")) == runs
-    assert dataclasses.is_dataclass(seq.Schedule(3, 1, 5))
+    assert dataclasses.is_dataclass(SequentialSpec(3, 1, 5))
 
 
 def test_the_dry_run_prints_the_expected_cost_of_the_rounds(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli.slurm import main as slurm_command
 from bench.errors import CreditBenchError
 from bench.sweep import slurm
 
@@ -218,7 +219,7 @@ def test_a_bad_spec_fails_in_one_line_before_anything_is_written(tmp_path):
 def test_the_command_writes_the_script(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(slurm, "ROOT", tmp_path)  # the repository the script would cd into
     out = tmp_path / "job.sbatch"
-    assert slurm.main([str(ROOT / SPEC), "--nodes", "3", "--uri", URI, "--output", str(out)]) == 0
+    assert slurm_command([str(ROOT / SPEC), "--nodes", "3", "--uri", URI, "--output", str(out)]) == 0
     assert out.read_text().startswith("#!/bin/bash\n#SBATCH --job-name=creditbench-embedded-quick")
     assert (tmp_path / "logs").is_dir() and f"sbatch {out}" in capsys.readouterr().out
 

@@ -81,3 +81,19 @@ def test_refused_values_name_the_file_and_the_key(tmp_path, change, message):
         read_spec(path)
     assert re.match(rf"sweep spec {re.escape(str(path))}:\d+: ", str(e.value)) and message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_credit_control_is_a_placebo_by_its_flag_not_its_label(tmp_path):
+    """Expanded or written by hand, a credit control is a placebo where its entry sets ``placebo`` (the
+    flag its run config carries), else a twin; a label that controls nothing is neither."""
+    spec = read_spec(write(tmp_path, methods=["grpo", "entropy_top"], credit_controls=["twin", "placebo"]))
+    control = spec.analysis.control
+    assert [control(x) for x in ("entropy_top-twin", "entropy_top-placebo", "entropy_top", "grpo")] == [
+        "twin", "placebo", None, None,
+    ]  # fmt: skip
+    methods = ["grpo", "entropy_top", {"name": "entropy_top", "label": "shuffled", "placebo": True},
+               {"name": "entropy_top", "label": "flat", "options": {"rho": 1.0}}]  # fmt: skip
+    spec = read_spec(
+        write(tmp_path, methods=methods, analysis={"credit_controls": {"entropy_top": ["flat", "shuffled"]}})
+    )
+    assert (spec.analysis.control("shuffled"), spec.analysis.control("flat")) == ("placebo", "twin")

@@ -371,7 +371,7 @@ def test_a_choice_at_the_grids_edge_is_flagged(tmp_path):
         runs.append(SimpleNamespace(label=r.label, seed=r.cfg.seed, final={"pass_at_1": mean}, samples=64, wall_s=1.0))
     choice = tuning.select(load_spec(spec, tmp_path).spec, runs)
     assert choice["labels"]["grpo"]["edge"] and not choice["labels"]["gspo"]["edge"]
-    text = "\n".join(tuning.markdown(choice))
+    text = "\n".join(tuning.markdown_lines(choice))
     assert "| grpo | lr 0.0004 (grid edge) | – |" in text and "| gspo | lr 0.0002 | – |" in text  # 1 seed: no margin
     assert "At the grid's edge (grpo)" in text
 

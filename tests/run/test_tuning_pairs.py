@@ -39,7 +39,7 @@ def test_paired_tuning_gives_a_pair_one_rate_its_margin_and_the_comparison_at_ev
     pair = choice["pairs"]["entropy_top"]
     assert [r["diff"] for r in pair["by_point"]] == pytest.approx([-0.10, 0.04, 0.22])
     assert pair["margin_se"] is None or pair["margin_se"] > 2  # the same noise for both points: SE 0
-    text = "\n".join(tuning.markdown(choice))
+    text = "\n".join(tuning.markdown_lines(choice))
     assert "| entropy_top vs entropy_top-twin | -0.100 ± 0.000 | +0.040 ± 0.000 * | +0.220 ± 0.000 |" in text
     assert "| entropy_top-placebo (pair of entropy_top) | lr 0.0002 |" in text
     sweep = load_spec(spec, tmp_path)

@@ -60,7 +60,7 @@ def test_workers_give_the_numbers_of_a_process_a_run(tmp_path, cache):
     for key in keys:
         a, b = numbers(isolated, key), numbers(worker, key)
         assert [p["step"] for p in a["history"]] == [0, 2]
-        assert a == b, key  # pass@k at every eval point, per-problem counts, training means, credit probe
+        assert a == b, key  # pass@k at every eval point, per-problem counts, training means, credit map
         log = (worker / "logs" / f"{key}.log").read_text()
         assert "run timing (s): " in log and "eval pass@1" in log  # each run's own output in its own log
     assert sum("done" in line for line in lines) == 2
@@ -111,3 +111,14 @@ def test_a_killed_worker_fails_its_run_and_a_fresh_one_takes_the_next(tmp_path, 
         assert "eval pass@1" in (tmp_path / "again.log").read_text()
     finally:
         pool.close()
+
+
+def test_a_bad_value_in_a_runs_yaml_is_named_by_its_file_and_line(tmp_path, capsys):
+    """The worker runs a config with ``creditbench train``'s own function (bench.run.command): a value
+    the pre-flight refuses is named by the YAML file and line it comes from, as on the command line."""
+    from bench.run.command import train_command
+
+    config = tmp_path / "run.yaml"
+    config.write_text("method:\n  name: arca\n")  # ARCA needs a LoRA adapter: refused before any work
+    assert train_command(["--config", str(config), "--no_progress"]) == 2
+    assert f"creditbench: error: {config}:1: method 'arca'" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import pytest
 from shared_data import DATA, needs_data
 
 from bench.errors import CreditBenchError
-from bench.perf.gold_check import THRESHOLD, check_rows, shifted
+from bench.gold_check import THRESHOLD, check_rows, shifted
 from bench.registry import TASKS
 from tasks.data import DATA_ENV
 from tasks.math_benchmarks import integer_answer, last_boxed, olympiad_answer
@@ -170,7 +170,7 @@ def test_prompt_templates():
 @needs_data
 @pytest.mark.parametrize("name", MATH_TASKS)
 def test_gold_answers_grade_correct_and_shifted_answers_wrong_on_a_sample(name):
-    """The full check over every row is ``python -m bench.perf.gold_check`` (results/tasks/gold_check.md)
+    """The full check over every row is ``python -m bench.gold_check`` (results/tasks/gold_check.md)
     and the slow test below; here the first 25 rows of the eval split."""
     t = task(name)
     res = check_rows(t, list(t.load("eval").select(range(25))))
@@ -181,7 +181,7 @@ def test_gold_answers_grade_correct_and_shifted_answers_wrong_on_a_sample(name):
 @needs_data
 @pytest.mark.slow
 def test_gold_check_on_every_row_of_every_math_dataset():
-    from bench.perf.gold_check import datasets, run
+    from bench.gold_check import datasets, run
 
     names = datasets(str(DATA))
     assert len(names) == 11  # every math file in the data directory, once

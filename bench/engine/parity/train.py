@@ -1,6 +1,6 @@
 """The short real runs of the parity checks (bench.engine.parity): a tiny random policy trained in
 W processes under DDP (rank 0 saves what every process saw and ended with), or in 2 under FSDP2,
-with or without LoRA (rank 0 saves the weights before and after, the eval, the credit probe and
+with or without LoRA (rank 0 saves the weights before and after, the eval, the credit map and
 the saved policy)."""
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def train_fsdp(out: Path, lora: bool) -> None:
     """3 steps of GRPO with the KL term (rollouts of different lengths on each process, 2 PPO epochs
     x 2 minibatches, a token budget per micro-batch, greedy eval split 3 + 4 problems) in 2 FSDP
     processes, fully fine-tuned or (``lora``) under a rank-4 adapter on a saved base; rank 0 saves
-    the weights before and after, the eval, the credit probe and the saved policy's folder."""
+    the weights before and after, the eval, the credit map and the saved policy's folder."""
     policy, tok = scaled_policy()
     if lora:  # from a saved base, as a run's policy is: the saved adapter names it
         policy.save_pretrained(out.parent / "base")
@@ -156,11 +156,11 @@ def train_fsdp(out: Path, lora: bool) -> None:
     data = PromptDataModule(task, rl.prompts_per_step, ev, seed=0)
     t = trainer(2, "fsdp", max_epochs=-1, max_steps=-1, num_sanity_val_steps=0)
     t.validate(module, datamodule=data, verbose=False)
-    module.make_probe(list(data.eval_rows))
+    module.make_fixed_sets(list(data.eval_rows))
     before = {k: v.clone() for k, v in (full_state(module.policy) or {}).items()}
     t.fit(module, datamodule=data)
     after = full_state(module.policy)
-    probe = module.credit_probe()
+    probe = module.measure_credit_map()
     if rank() == 0:
         policy_dir = save_policy(module.policy, tok, out.parent / "policy", after)
         torch.save(

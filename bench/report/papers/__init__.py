@@ -6,7 +6,6 @@ setting). ``creditbench table --paper NAME`` prints one Markdown row per paper r
 
     creditbench table --paper selective_traces                 # the paper's own sweep
     creditbench table --paper grpo_lambda --sweep my-rerun --sweep paper-grpo_lambda
-    python -m bench.report.papers --paper arca
 
 The paper files and their format: bench/report/papers/data.py.
 
@@ -19,7 +18,6 @@ run or not found.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +32,9 @@ from bench.report.papers.data import (
     PaperResult,
     load_paper,
     load_report,
-    paper_names,
     sweep_name,
 )
+from bench.stats import format as fmt
 
 
 @dataclass(frozen=True)
@@ -63,9 +61,9 @@ def same_model(measured: Any, paper_model: str) -> bool:
 
 
 def interval(values: list[float]) -> tuple[float, float | None, float | None]:
-    """Mean and 95% t-interval of per-seed values, as report.json computes them (bench.report.stats);
+    """Mean and 95% t-interval of per-seed values, as report.json computes them (bench.stats.intervals);
     no interval from a single value."""
-    from bench.report.stats import t_interval
+    from bench.stats.intervals import t_interval
 
     ci = t_interval(values)
     return (ci["mean"], ci["lo"], ci["hi"]) if len(values) > 1 else (ci["mean"], None, None)
@@ -207,26 +205,24 @@ def setting_line(paper: Paper) -> str:
     return "**Setting**: " + "; ".join(parts)
 
 
-def _fmt(value: float, unit: str, signed: bool) -> str:
-    """A value already in the entry's unit: 2 decimals for percent, 3 for fractions."""
-    digits = 2 if unit == "percent" else 3
-    return f"{value:{'+' if signed else ''}.{digits}f}"
+def _spec(entry: PaperResult) -> str:
+    """How a value in the entry's unit is written: 2 decimals for percent, 3 for fractions; a delta signed."""
+    return f"{'+' if entry.kind == 'delta' else ''}.{2 if entry.unit == 'percent' else 3}f"
 
 
 def paper_cell(entry: PaperResult) -> str:
     rel = "" if entry.relation == "=" else f"{entry.relation} "
-    text = _fmt(entry.value, entry.unit, entry.kind == "delta") + _mark(entry.statuses.get("value"))
+    text = fmt.number(entry.value, _spec(entry)) + _mark(entry.statuses.get("value"))
     return f"{rel}{text}" + (f" vs {entry.vs}" if entry.kind == "delta" else "")
 
 
 def measured_cell(entry: PaperResult, m: Measured | None) -> str:
     if m is None:
         return "-"
-    scale, signed = UNITS[entry.unit], entry.kind == "delta"
-    body = _fmt(m.mean * scale, entry.unit, signed)
+    scale, spec = UNITS[entry.unit], _spec(entry)
     if m.n > 1 and m.lo is not None and m.hi is not None:
-        body += f" [{_fmt(m.lo * scale, entry.unit, signed)}, {_fmt(m.hi * scale, entry.unit, signed)}]"
-    return f"{body} (n={m.n})"
+        return f"{fmt.interval(m.mean * scale, m.lo * scale, m.hi * scale, spec)} (n={m.n})"
+    return f"{fmt.number(m.mean * scale, spec)} (n={m.n})"
 
 
 def benchmark_cell(entry: PaperResult) -> str:
@@ -283,10 +279,11 @@ def table(
     """Load the paper and the sweeps' reports (default: the paper's own sweep) and render the table,
     then its embedded analogues (bench/report/papers/analogue.py)."""
     from bench.report.papers.analogue import analogue_section, claims_section
+    from bench.sweep.sweep import report_path
 
     paper = load_paper(paper_name, papers_dir)
     names = list(sweeps) if sweeps else [sweep_name(paper)]
-    if sweeps and not any((Path(results_dir) / n / "report.json").is_file() for n in sweeps):
+    if sweeps and not any(report_path(results_dir, n).is_file() for n in sweeps):
         # sweeps named on the command line of which none has a report: a typo, or the wrong folder
         from bench.errors import suggestion
 
@@ -298,32 +295,3 @@ def table(
     sections = [analogue_section(paper, results_dir), claims_section(paper, results_dir)]
     tables = [render(paper, [(s, load_report(results_dir, s)) for s in names])] + [s for s in sections if s]
     return "\n\n".join(tables)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``creditbench table --paper NAME [--sweep SWEEP ...] [--results_dir results]``."""
-    from bench.run.args import ArgumentParser
-
-    ap = ArgumentParser(
-        prog="creditbench table",
-        description="A seed paper's verified numbers beside this suite's measured ones (Markdown).",
-    )
-    ap.add_argument("--paper", required=True, help=f"a paper file in results/papers ({', '.join(paper_names())})")
-    ap.add_argument(
-        "--sweep",
-        action="append",
-        default=None,
-        help="a sweep whose results/<SWEEP>/report.json to read; repeat for several (first match "
-        "wins); default: the paper's own sweep spec's name",
-    )
-    ap.add_argument("--results_dir", default="results", help="where the sweeps' folders are (default: results)")
-    ap.add_argument(
-        "--papers_dir", default=None, help="where the paper YAMLs are (default: the shipped results/papers)"
-    )
-    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        print(table(a.paper, a.sweep, a.results_dir, a.papers_dir))
-    except CreditBenchError as e:
-        print(f"creditbench: error: {e}", file=sys.stderr)
-        return 2
-    return 0

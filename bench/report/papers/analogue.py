@@ -29,8 +29,11 @@ from typing import Any
 import yaml
 
 from bench.errors import CreditBenchError
+from bench.report.comparisons import where
+from bench.report.inference import row_pairs
 from bench.report.papers.data import METRIC_PATTERN, UNITS, Paper, PaperResult
-from bench.report.stats import mde
+from bench.stats import format as fmt
+from bench.stats.power import mde
 
 NAMES = {
     "greedy": "greedy acc",
@@ -55,16 +58,16 @@ def _row_of(report: dict, label: str, method: str) -> dict | None:
 def _cell(entry: PaperResult, row: dict | None) -> str:
     scale, digits = UNITS[entry.unit], 2 if entry.unit == "percent" else 3
 
-    def fmt(x: float) -> str:
-        return f"{round(x, digits) + 0.0:.{digits}f}"  # + 0.0: no "-0.000" from rounding
+    def number(x: float) -> str:  # a fraction clipped to [0, 1], in the entry's unit
+        return fmt.rounded(min(1.0, max(0.0, x)) * scale, digits)
 
     m = ((row or {}).get("metrics") or {}).get(entry.metric)
     if not isinstance(m, dict) or not isinstance(m.get("mean"), (int, float)):
-        return f"{fmt(entry.value)} · -"
-    text = f"{fmt(entry.value)} · {fmt(min(1.0, max(0.0, m['mean'])) * scale)}"
+        return f"{fmt.rounded(entry.value, digits)} · -"
+    text = f"{fmt.rounded(entry.value, digits)} · {number(m['mean'])}"
     lo, hi = m.get("lo"), m.get("hi")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and (m.get("n") or 0) > 1:
-        text += f" [{fmt(min(1.0, max(0.0, lo)) * scale)}, {fmt(min(1.0, max(0.0, hi)) * scale)}]"
+        text += f" [{number(lo)}, {number(hi)}]"
     return text
 
 
@@ -233,25 +236,16 @@ def paper_side(paper: Paper, claim: Claim) -> tuple[str, int]:
     return text, signs.pop() if len(signs) == 1 else 0
 
 
-def _pairs(assessment: dict) -> Any:
-    """(label, baseline, task, row, mde) of every row of a family, in the report's order."""
-    rows = iter(assessment.get("rows") or [])
-    mdes = assessment.get("mde") or []
-    for i, c in enumerate(assessment.get("comparisons") or []):
-        for label in c.get("diffs") or {}:
-            yield label, c.get("baseline"), c.get("task"), next(rows, None), mdes[i] if i < len(mdes) else None
-
-
 def find(report: dict, claim: Claim) -> Found | None:
     """``claim``'s analogue row in the primary family of ``report``, else its secondary one."""
     analysis = report.get("analysis") or {}
-    where = f"{claim.task} ({claim.model})"
+    on = where(claim.model, claim.task)
     for family, a in (
         ("primary", (analysis.get("credit") or {}).get("assessment")),
         ("secondary", analysis.get("assessment")),
     ):
-        for label, base, task, row, mdd in _pairs(a if isinstance(a, dict) else {}):
-            if (label, base, task) == (claim.label, claim.control, where) and isinstance(row, dict):
+        for label, base, task, row, mdd in row_pairs(a if isinstance(a, dict) else {}):
+            if (label, base, task) == (claim.label, claim.control, on) and isinstance(row, dict):
                 return Found(row, mdd, a.get("alpha", 0.05), family)
     return None
 
@@ -267,7 +261,7 @@ def agreement(paper_sign: int, diff: float, significant: bool, mdd: float | None
 
 
 def _points(x: float) -> str:
-    return f"{round(100 * x, 1) + 0.0:+.1f}"  # + 0.0: no "-0.0" from rounding
+    return fmt.rounded(100 * x, 1, signed=True)
 
 
 def _analogue_cells(found: Found, paper_sign: int) -> list[str]:
@@ -277,7 +271,7 @@ def _analogue_cells(found: Found, paper_sign: int) -> list[str]:
         return ["-", "-", "-"]
     ci = f" [{_points(lo)}, {_points(hi)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
     significant = isinstance(p, (int, float)) and p < found.alpha
-    holm = f" (p_Holm {'<0.001' if p < 1e-3 else f'{p:.3f}'})" if isinstance(p, (int, float)) else ""
+    holm = f" (p_Holm {fmt.p_value(p)})" if isinstance(p, (int, float)) else ""
     return [
         _points(value) + (ci or " (no interval)"),
         f"{row.get('verdict', '-')}{holm}, {found.family}",

@@ -357,7 +357,9 @@ def sweep_name(paper: Paper, spec_file: str | None = None) -> str:
 
 def load_report(results_dir: Path | str, sweep: str) -> dict | None:
     """``results/<sweep>/report.json``, or None when that sweep has not been run."""
-    path = Path(results_dir) / sweep / "report.json"
+    from bench.sweep.sweep import report_path
+
+    path = report_path(results_dir, sweep)
     if not path.is_file():
         return None
     try:

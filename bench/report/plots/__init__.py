@@ -1,6 +1,6 @@
 """The sweep report's figures (PNG, matplotlib Agg), drawn from results/<sweep>/report.json.
 
-    python -m bench.report.plots results/<sweep>/report.json results/<sweep>/plots
+    creditbench plots results/<sweep>/report.json results/<sweep>/plots
 
 ``write_plots(report, out_dir)`` writes, per eval task (a ``_<eval_task>`` suffix only when the
 report has more than one):
@@ -22,8 +22,6 @@ with what they share in :mod:`bench.report.plots.common`.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,16 +60,3 @@ def write_plots(report: dict, out_dir: Path) -> list[Path]:
     for model, cm in (report.get("credit_maps") or {}).items():
         written.append(plot_credit_map(str(model), cm or {}, st, out_dir / f"credit_map_{_safe(model)}.png"))
     return [p for p in written if p is not None]
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("report", type=Path, help="results/<sweep>/report.json")
-    ap.add_argument("out_dir", type=Path, help="folder for the PNG files (created if needed)")
-    a = ap.parse_args(argv)
-    try:
-        report = json.loads(a.report.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"plots: error: cannot read {a.report}: {e}") from None
-    for path in write_plots(report, a.out_dir):
-        print(path)

@@ -1,0 +1,103 @@
+"""``creditbench credit-probe SPEC``: credit measured per update on a sweep's pairs (bench.paired): each
+credit method against its twin (and placebo) from checkpoints of a reference trajectory, one update per
+arm on exactly the same batch, scored on the exact objective J. Writes results/probes/<sweep>/:
+updates.json (every record), report.json and report.md (bench.report.per_update), per_update.png."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from bench.run.args import ArgumentParser
+
+USAGE = "credit-probe SPEC.yaml [--batches N --lrs A,B --jobs N --dry_run]"
+HELP = "credit per update: each credit method vs its twin on the same batch, scored on J"
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def parser() -> ArgumentParser:
+    from bench.paired.plan import ProbeOptions
+
+    d = ProbeOptions()
+    ap = ArgumentParser(
+        prog="creditbench credit-probe",
+        description="Paired updates: each credit method vs its twin from the same weights, optimizer state "
+        "and rollout batch, scored on the exact objective J (tasks with one reference completion).",
+    )
+    ap.add_argument("spec", help="sweep YAML whose labels and credit controls are probed (results/sweeps/)")
+    ap.add_argument("--batches", type=int, default=d.batches, help=f"batches per checkpoint (default {d.batches})")
+    ap.add_argument(
+        "--target",
+        type=float,
+        default=d.target,
+        help="a second round until each interval's "
+        "half-width is at most this fraction of the control's gain (default 0.1; 0: one round)",
+    )
+    ap.add_argument("--max_batches", type=int, default=d.max_batches, help="batches per checkpoint at most")
+    ap.add_argument("--blame_batches", type=int, default=d.blame_batches, help="batches with blame alignment")
+    ap.add_argument("--phases", type=_floats, default=d.phases, help="checkpoints as fractions of the budget "
+                    "(default 0,0.5,1)")  # fmt: skip
+    ap.add_argument("--reference_seeds", type=_ints, default=d.reference_seeds, help="reference trajectories' seeds")
+    ap.add_argument("--reference", default=d.reference, help="control (each pair's twin) or a label of the sweep")
+    ap.add_argument("--lrs", type=_floats, default=d.lrs, help="common learning rates (default 1e-4,2e-4)")
+    ap.add_argument("--placebo", action="store_true", help="also each method against its placebo")
+    ap.add_argument("--segment_steps", type=int, default=0, help="K > 0: paired segments of K updates")
+    ap.add_argument("--segment_batches", type=int, default=0, help="segments per checkpoint")
+    ap.add_argument("--eval_problems", type=int, default=None, help="problems J is scored on (default: the sweep's)")
+    ap.add_argument("--model", default=None, help="a model in place of the sweep's (its tuned rates then do not apply)")
+    ap.add_argument("--seed", type=int, default=d.seed, help="the probe's seed (its batches)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--results_dir", default="results", help="where results/<sweep>/tuning.json is read")
+    ap.add_argument("--out", default=None, help="output folder (default <results_dir>/probes/<sweep>)")
+    ap.add_argument("--dry_run", action="store_true", help="print the plan and its cost, run nothing")
+    ap.add_argument("--report", action="store_true", help="only redo the report from the folder's updates.json")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    from bench.errors import CreditBenchError
+    from bench.options import build_config
+    from bench.paired.plan import ProbeOptions, probe_plan
+    from bench.paired.probe import cost, run_probe, write
+    from bench.report import per_update
+    from bench.sweep.sweep import probe_dir, report_path
+
+    a = parser().parse_args(argv)
+    if a.jobs < 1:
+        raise CreditBenchError(f"--jobs must be >= 1, got {a.jobs}")
+    fields = [f.name for f in dataclasses.fields(ProbeOptions)]
+    options = build_config(ProbeOptions, {k: getattr(a, k) for k in fields}, "credit-probe")
+    plan = probe_plan(a.spec, options, a.results_dir)
+    out = Path(a.out) if a.out else probe_dir(a.results_dir, plan.sweep)
+    if a.report:
+        if not (out / "updates.json").is_file():
+            raise CreditBenchError(f"{out / 'updates.json'} not found: run the probe first (without --report)")
+        probe = json.loads((out / "updates.json").read_text())
+    else:
+        c = cost(plan)
+        print(
+            f"credit probe of {plan.sweep}: {len(plan.pairs)} pair{'s' * (len(plan.pairs) != 1)}, "
+            f"{c['trajectory_step']} reference RL steps, "
+            f"{c['update']} paired updates, {c['segment_update']} segment updates: "
+            + (f"about {c['core_s'] / 60 / a.jobs:.1f} min on {a.jobs} core(s)" if c["core_s"] else "pace unknown")
+        )
+        for note in plan.notes:
+            print(f"note: {note}")
+        if a.dry_run:
+            return 0
+        probe = run_probe(plan, a.jobs)
+        write(probe, out)
+    sweep_report = report_path(a.results_dir, plan.sweep)
+    rep = per_update.report(probe, json.loads(sweep_report.read_text()) if sweep_report.is_file() else None)
+    per_update.write(rep, out)
+    sys.stdout.write(per_update.markdown(rep))
+    return 0

@@ -1,5 +1,0 @@
-"""``python -m bench.report.plots``."""
-
-from bench.report.plots import main
-
-main()
