@@ -4,7 +4,6 @@ reports (:func:`eval_summary`, the same for a training run's evals and ``creditb
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from torchmetrics import Metric
 from bench.config import EvalConfig
 from bench.core import RolloutBatch
 from bench.distributed import gather_objects
+from bench.stats.paired import summarize
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -95,11 +95,10 @@ class PassAtK(Metric):
 
 
 def standard_error(values: np.ndarray) -> float:
-    """Standard error of the mean (sample std with Bessel's correction / sqrt(count))."""
+    """Standard error of the mean (sample std with Bessel's correction / sqrt(count): the plain summary of
+    bench.stats.paired); NaN with fewer than 2 values."""
     values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return float("nan")
-    return float(values.std(ddof=1) / math.sqrt(len(values)))
+    return summarize(values).se if len(values) >= 2 else float("nan")
 
 
 def eval_summary(
