@@ -1,7 +1,8 @@
 """``creditbench credit-probe SPEC``: credit measured per update on a sweep's pairs (bench.paired): each
-credit method against its twin (and placebo) from checkpoints of a reference trajectory, one update per
-arm on exactly the same batch, scored on the exact objective J. Writes results/probes/<sweep>/:
-updates.json (every record), report.json and report.md (bench.report.per_update), per_update.png."""
+credit method against its twin (and placebo) from checkpoints of reference trajectories added in rounds
+until each comparison is decided, one update per arm on exactly the same batch, scored on the exact
+objective J. Writes results/probes/<sweep>/: updates.json (every record), report.json and report.md
+(bench.report.per_update), per_update.png."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from bench.run.args import ArgumentParser
 
-USAGE = "credit-probe SPEC.yaml [--batches N --lrs A,B --jobs N --dry_run]"
+USAGE = "credit-probe SPEC.yaml [--batches N --first N --cap N --lrs A,B --jobs N --dry_run]"
 HELP = "credit per update: each credit method vs its twin on the same batch, scored on J"
 
 
@@ -35,18 +36,18 @@ def parser() -> ArgumentParser:
     )
     ap.add_argument("spec", help="sweep YAML whose labels and credit controls are probed (results/sweeps/)")
     ap.add_argument("--batches", type=int, default=d.batches, help=f"batches per checkpoint (default {d.batches})")
-    ap.add_argument(
-        "--target",
-        type=float,
-        default=d.target,
-        help="a second round until each interval's "
-        "half-width is at most this fraction of the control's gain (default 0.1; 0: one round)",
-    )
-    ap.add_argument("--max_batches", type=int, default=d.max_batches, help="batches per checkpoint at most")
     ap.add_argument("--blame_batches", type=int, default=d.blame_batches, help="batches with blame alignment")
     ap.add_argument("--phases", type=_floats, default=d.phases, help="checkpoints as fractions of the budget "
                     "(default 0,0.5,1)")  # fmt: skip
-    ap.add_argument("--reference_seeds", type=_ints, default=d.reference_seeds, help="reference trajectories' seeds")
+    ap.add_argument("--reference_seeds", type=_ints, default=d.reference_seeds,
+                    help="reference trajectories' seeds, in the order the rounds add them (default 0..11)")  # fmt: skip
+    ap.add_argument("--first", type=int, default=d.first, help=f"trajectories in the first round (default {d.first})")
+    ap.add_argument("--step", type=int, default=d.step, help=f"trajectories added per round (default {d.step})")
+    ap.add_argument("--cap", type=int, default=d.cap, help=f"trajectories per pair at most (default {d.cap})")
+    ap.add_argument("--spending", default=d.spending, help=f"alpha spending over the rounds (default {d.spending})")
+    ap.add_argument("--alpha", type=float, default=d.alpha, help=f"family-wise error rate (default {d.alpha:g})")
+    ap.add_argument("--margin", type=float, default=d.margin,
+                    help=f"equivalence margin, a fraction of the control's gain (default {d.margin:g})")  # fmt: skip
     ap.add_argument("--reference", default=d.reference, help="control (each pair's twin) or a label of the sweep")
     ap.add_argument("--lrs", type=_floats, default=d.lrs, help="common learning rates (default 1e-4,2e-4)")
     ap.add_argument("--placebo", action="store_true", help="also each method against its placebo")
@@ -68,7 +69,7 @@ def main(argv: list[str]) -> int:
     from bench.options import build_config
     from bench.paired.plan import ProbeOptions, probe_plan
     from bench.paired.probe import cost, run_probe, write
-    from bench.report import per_update
+    from bench.report import per_update, per_update_files
     from bench.sweep.sweep import probe_dir, report_path
 
     a = parser().parse_args(argv)
@@ -84,20 +85,21 @@ def main(argv: list[str]) -> int:
         probe = json.loads((out / "updates.json").read_text())
     else:
         c = cost(plan)
+        minutes = lambda k: f"about {c[k] / 60 / a.jobs:.1f} min on {a.jobs} core(s)" if c[k] else "pace unknown"  # noqa: E731
         print(
-            f"credit probe of {plan.sweep}: {len(plan.pairs)} pair{'s' * (len(plan.pairs) != 1)}, "
-            f"{c['trajectory_step']} reference RL steps, "
-            f"{c['update']} paired updates, {c['segment_update']} segment updates: "
-            + (f"about {c['core_s'] / 60 / a.jobs:.1f} min on {a.jobs} core(s)" if c["core_s"] else "pace unknown")
+            f"credit probe of {plan.sweep}: {len(plan.pairs)} pair{'s' * (len(plan.pairs) != 1)}, first round "
+            f"{c['trajectory_step']} reference RL steps, {c['update']} paired updates, {c['segment_update']} "
+            f"segment updates: {minutes('core_s')}; at the cap ({options.cap} trajectories per pair) "
+            f"{c['cap_update']} paired updates: {minutes('cap_core_s')}"
         )
         for note in plan.notes:
             print(f"note: {note}")
         if a.dry_run:
             return 0
-        probe = run_probe(plan, a.jobs)
+        probe = run_probe(plan, a.jobs, rounds=per_update.needs)
         write(probe, out)
     sweep_report = report_path(a.results_dir, plan.sweep)
     rep = per_update.report(probe, json.loads(sweep_report.read_text()) if sweep_report.is_file() else None)
-    per_update.write(rep, out)
-    sys.stdout.write(per_update.markdown(rep))
+    per_update_files.write(rep, out)
+    sys.stdout.write(per_update_files.markdown(rep))
     return 0

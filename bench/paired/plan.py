@@ -11,25 +11,34 @@ from typing import Any
 from bench.config import RunConfig
 from bench.core import check
 from bench.errors import CreditBenchError
+from bench.sweep.schedule import SequentialSpec
 
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    batches: int = 40
-    """Rollout batches per checkpoint in the first round (every arm updates on each)."""
-    target: float = 0.10
-    """A second round adds batches where they are needed (Neyman's allocation over the checkpoints, from the
-    first round's variances) until every pair's 95% interval, at every setting, is at most this fraction of
-    its control's mean gain per update; 0: one round only."""
-    max_batches: int = 160
-    """At most this many batches per checkpoint, both rounds together."""
-    blame_batches: int = 10
-    """Blame alignment (a credit statistic, not a gain) is measured on the first this many batches."""
+    batches: int = 8
+    """Rollout batches per checkpoint, fixed in advance (every arm updates on each)."""
+    blame_batches: int = 2
+    """Blame alignment (a credit statistic, not a gain) is measured on the first this many batches of each
+    checkpoint (it costs about a third of a batch's time)."""
     phases: tuple[float, ...] = (0.0, 0.5, 1.0)
-    """Where the checkpoints sit along the reference trajectory, as fractions of the sweep's sample budget
+    """Where the checkpoints sit along each reference trajectory, as fractions of the sweep's sample budget
     (0: the base policy with a fresh AdamW; f: after the first RL step that reaches f x budget)."""
-    reference_seeds: tuple[int, ...] = (0,)
-    """Seeds of the reference trajectories (each gives one checkpoint per phase)."""
+    reference_seeds: tuple[int, ...] = tuple(range(12))
+    """Seeds of the reference trajectories, in the order they are added (each gives one checkpoint per
+    phase); at least ``cap`` of them."""
+    first: int = 4
+    """Trajectories of the first round (every pair)."""
+    step: int = 2
+    """Trajectories added per round to the pairs with a comparison still undecided."""
+    cap: int = 12
+    """The most trajectories a pair gets."""
+    spending: str = "obf"
+    """Alpha spending over the rounds' looks (bench.stats.spending): obf or pocock."""
+    alpha: float = 0.05
+    """The family-wise error rate of the probe's verdicts (every pair at every rate)."""
+    margin: float = 0.10
+    """Equivalence margin, a fraction of the control's own gain per update."""
     reference: str = "control"
     """Whose trajectory the checkpoints come from: ``control`` (each pair's own control, its twin, at its
     tuned rate; batches are then shared within a pair), or a label of the sweep (one trajectory for every
@@ -48,22 +57,38 @@ class ProbeOptions:
     """A model in place of the sweep's (e.g. tiny-2m); the sweep's tuned rates are then not its own and
     only the common rates are probed."""
     seed: int = 0
-    """Seed of the probe's batches (rows and sampling), disjoint from every run's streams by construction."""
+    """Seed of the probe's batches (rows and sampling), disjoint from every run's streams by construction:
+    a validation that is new data takes its own seed (and its own reference seeds)."""
 
     def __post_init__(self) -> None:
-        check(self.batches >= 2, f"batches must be >= 2 (an interval needs two), got {self.batches}")
+        from bench.stats.paired import MIN_SEEDS
+        from bench.stats.spending import SPENDING
+
+        check(self.batches >= 1, f"batches must be >= 1, got {self.batches}")
         check(
             bool(self.phases) and all(0.0 <= f <= 1.0 for f in self.phases),
             f"phases must be fractions of the budget in [0, 1], got {list(self.phases)}",
         )
-        check(self.target >= 0 and self.max_batches >= self.batches, "target must be >= 0 and max_batches >= batches")
-        check(bool(self.reference_seeds), "reference_seeds must list at least one seed")
+        check(self.first >= MIN_SEEDS, f"first must be >= {MIN_SEEDS} trajectories (no interval from fewer), "
+              f"got {self.first}")  # fmt: skip
+        check(self.step >= 1 and self.cap >= self.first, "step must be >= 1 and cap >= first")
+        check(self.spending in SPENDING, f"spending must be one of {', '.join(SPENDING)}, got {self.spending!r}")
+        check(0 < self.alpha < 1 and self.margin > 0, "alpha must be in (0, 1) and margin > 0")
+        check(
+            len(set(self.reference_seeds)) >= self.cap,
+            f"reference_seeds must list at least cap = {self.cap} distinct seeds, got {len(set(self.reference_seeds))}",
+        )
         check(all(x > 0 for x in self.lrs), f"lrs must be learning rates > 0, got {list(self.lrs)}")
         check(self.segment_steps >= 0 and self.segment_batches >= 0, "segment_steps and segment_batches must be >= 0")
         check(
             (self.segment_steps > 0) == (self.segment_batches > 0),
             "segment_steps and segment_batches go together (both > 0, or both 0)",
         )
+
+    @property
+    def schedule(self) -> SequentialSpec:
+        """Trajectories in rounds: ``first``, then ``step`` more for the undecided pairs, up to ``cap``."""
+        return SequentialSpec(first=self.first, step=self.step, cap=self.cap, spending=self.spending)
 
 
 @dataclass(frozen=True)

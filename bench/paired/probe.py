@@ -14,9 +14,10 @@ from typing import Any
 from bench.atomic import write_atomic
 from bench.paired.plan import ProbePlan, describe
 
-PACE_S = {"trajectory_step": 0.65, "update": 0.5, "segment_update": 0.75}
-"""Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured; the dry
-run scales them by the model's parameters."""
+PACE_S = {"trajectory_step": 0.75, "update": 0.7, "segment_update": 0.75}
+"""Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured (an update
+with a quarter of the batches measuring blame alignment); the dry run scales them by the model's
+parameters."""
 
 
 def _threads(n: int) -> None:
@@ -79,82 +80,92 @@ def _chunks(n: int, parts: int) -> list[list[int]]:
     return [c for c in (list(range(n))[i::parts] for i in range(parts)) if c]
 
 
-def tasks(
-    plan: ProbePlan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range]
-) -> list[dict[str, Any]]:
-    """The work on the checkpoints: each one's ``batches`` (by its key) and, in the first round (batches
-    from 0), its segments, in ``jobs`` chunks."""
+def tasks(plan: ProbePlan, checkpoints: dict[str, list], jobs: int) -> list[dict[str, Any]]:
+    """The work on the checkpoints: each one's batches and segments (fixed in advance), in ``jobs`` chunks."""
     o, out = plan.options, []
     problems = o.eval_problems or next(iter(plan.labels.values())).eval.num_problems
     for ref, labels in plan.groups():
         arms = plan.arms(labels)
         pairs = [p for p in plan.pairs if plan.references[p.method] == ref]
-        for ckpt in checkpoints[ref]:
-            todo = batches.get(ckpt.key, range(0))
+        for ckpt in checkpoints.get(ref, []):
             common = {"cfg": plan.labels[ref], "checkpoint": ckpt, "arms": arms, "problems": problems,
                       "seed": o.seed, "pairs": pairs, "blame_batches": o.blame_batches}  # fmt: skip
-            out += [{**common, "kind": "batch", "indices": [todo[i] for i in c]} for c in _chunks(len(todo), jobs)]
-            first = todo.start == 0
+            out += [{**common, "kind": "batch", "indices": c} for c in _chunks(o.batches, jobs)]
             out += [
                 {**common, "kind": "segment", "indices": c, "steps": o.segment_steps}
-                for c in _chunks(o.segment_batches if first else 0, jobs)
+                for c in _chunks(o.segment_batches, jobs)
             ]
     return out
 
 
-def _round(plan: ProbePlan, checkpoints: dict[str, list], jobs: int, batches: dict[tuple, range], log) -> tuple:
-    """One round of work: (update records, segment records)."""
-    work = tasks(plan, checkpoints, jobs, batches)
+def _round(plan: ProbePlan, seeds: dict[str, list[int]], jobs: int, log: Callable[[str], None]) -> tuple:
+    """One round: the reference trajectories of ``seeds`` (reference label -> its new seeds), then every
+    checkpoint's work; (checkpoints, update records, segment records)."""
+    o = plan.options
+    runs = [(ref, plan.labels[ref], s, o.phases, plan.budget) for ref, ss in seeds.items() for s in ss]
+    log(f"credit probe of {plan.sweep}: {len(runs)} reference trajectories")
+    checkpoints: dict[str, list] = {}
+    for (ref, *_), ckpts in zip(runs, _map(_trajectory, runs, jobs)):
+        checkpoints.setdefault(ref, []).extend(ckpts)
+    work = tasks(plan, checkpoints, jobs)
     log(f"credit probe of {plan.sweep}: {sum(len(t['indices']) for t in work)} batches and segments "
         f"on {sum(map(len, checkpoints.values()))} checkpoints, {jobs} at a time")  # fmt: skip
     results = _map(_work, work, jobs, log)
     updates = [r for t, rs in zip(work, results) if t["kind"] == "batch" for r in rs]
-    return updates, [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
+    segments = [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
+    return [c for cs in checkpoints.values() for c in cs], updates, segments
 
 
-def run_probe(plan: ProbePlan, jobs: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the probe; its raw output (plan, checkpoints, one record per arm and batch, segments)."""
+Rounds = Callable[[dict[str, Any]], dict[str, int]]
+"""Given the probe so far, the trajectories each reference label needs (bench.report.per_update.needs)."""
+
+
+def run_probe(
+    plan: ProbePlan, jobs: int = 1, log: Callable[[str], None] = print, rounds: Rounds | None = None
+) -> dict[str, Any]:
+    """Run the probe in rounds of trajectories: ``first`` for every pair, then as many more as ``rounds``
+    says the undecided pairs need (one round only without it), up to ``cap``; its raw output (plan,
+    checkpoints, one record per arm and batch, segments)."""
     t0 = time.perf_counter()
     o = plan.options
-    trajectories = [(ref, plan.labels[ref], s, o.phases, plan.budget) for ref, _ in plan.groups()
-                    for s in o.reference_seeds]  # fmt: skip
-    log(f"credit probe of {plan.sweep}: {len(trajectories)} reference trajectories")
-    checkpoints: dict[str, list] = {}
-    for (ref, *_), ckpts in zip(trajectories, _map(_trajectory, trajectories, jobs)):
-        checkpoints.setdefault(ref, []).extend(ckpts)
-    every = [c for cs in checkpoints.values() for c in cs]
-    updates, segments = _round(plan, checkpoints, jobs, {c.key: range(o.batches) for c in every}, log)
-    rounds = [o.batches]
-    if o.target > 0:  # the second round: batches where the first round's variances say they are needed
-        from bench.paired.stats import allocation
+    seeds = list(dict.fromkeys(o.reference_seeds))
+    have = dict.fromkeys((ref for ref, _ in plan.groups()), 0)
+    want = dict.fromkeys(have, o.first)
+    checkpoints, updates, segments, sizes = [], [], [], []
+    while any(want[r] > have[r] for r in have):
+        new = {r: seeds[have[r] : want[r]] for r in have if want[r] > have[r]}
+        c, u, s = _round(plan, new, jobs, log)
+        checkpoints, updates, segments = checkpoints + c, updates + u, segments + s
+        have = {r: max(have[r], want[r]) for r in have}
+        sizes.append(dict(have))
+        if rounds is None:
+            break
+        needs = rounds(_output(plan, checkpoints, updates, segments))
+        want = {r: min(o.cap, max(have[r], needs.get(r, 0))) for r in have}
+    return {**_output(plan, checkpoints, updates, segments), "rounds": sizes,
+            "wall_s": round(time.perf_counter() - t0, 1), "jobs": jobs}  # fmt: skip
 
-        need = allocation({"plan": describe(plan), "updates": updates}, o.target, o.max_batches)
-        more = {c.key: range(o.batches, need.get(c.key, o.batches)) for c in every}
-        if any(more.values()):
-            u, _ = _round(plan, checkpoints, jobs, more, log)
-            updates += u
-            rounds.append(sum(map(len, more.values())))
-    order = ("reference", "seed", "phase", "batch", "segment", "label", "lr", "k")
-    key = lambda r: tuple(r.get(k, 0) for k in order)  # noqa: E731
+
+def _output(plan: ProbePlan, checkpoints: list, updates: list, segments: list) -> dict[str, Any]:
     from bench.environment.fingerprint import fingerprint
 
+    order = ("reference", "seed", "phase", "batch", "segment", "label", "lr", "k")
+    key = lambda r: tuple(r.get(k, 0) for k in order)  # noqa: E731
     cfg = next(iter(plan.labels.values()))
     return {
         "plan": describe(plan),
         "task": cfg.task.name,
         "model": cfg.model.name,
-        "checkpoints": [c.info() for cs in checkpoints.values() for c in cs],
+        "checkpoints": [c.info() for c in sorted(checkpoints, key=lambda c: c.key)],
         "updates": sorted(updates, key=key),
         "segments": sorted(segments, key=key),
-        "rounds": rounds,
-        "wall_s": round(time.perf_counter() - t0, 1),
-        "jobs": jobs,
         "fingerprint": fingerprint(cfg.threads or 1),
     }
 
 
 def cost(plan: ProbePlan) -> dict[str, float]:
-    """What the probe will spend: trajectories' RL steps, updates, segment updates, and the seconds of one
+    """What the probe's first round spends (``trajectories``: ``first`` per reference) and what it spends at
+    most (every pair at ``cap``): trajectories' RL steps, updates, segment updates, and the seconds of one
     core at the measured pace (scaled by the model's parameters)."""
     from bench.models.policy import TINY_SIZES, tiny_matrix_params
 
@@ -162,16 +173,19 @@ def cost(plan: ProbePlan) -> dict[str, float]:
     cfg = next(iter(plan.labels.values()))
     steps = -(-plan.budget // (cfg.rl.prompts_per_step * cfg.rl.group_size))
     groups = plan.groups()
-    ckpts = len(o.phases) * len(o.reference_seeds)
     arms = sum(len(plan.arms(labels)) for _, labels in groups)
-    counts = {
-        "trajectory_step": len(groups) * len(o.reference_seeds) * steps,
-        "update": arms * o.batches * ckpts,
-        "segment_update": arms * o.segment_batches * o.segment_steps * ckpts,
-    }
     size = cfg.model.name  # another model's pace is not measured: 0, "unknown"
     scale = tiny_matrix_params(size) / tiny_matrix_params("tiny-500k") if size in TINY_SIZES else 0.0
-    return {**counts, "core_s": sum(PACE_S[k] * n for k, n in counts.items()) * scale}
+    out: dict[str, float] = {}
+    for name, n in (("", o.first), ("cap_", o.cap)):
+        counts = {
+            "trajectory_step": len(groups) * n * steps,
+            "update": arms * o.batches * len(o.phases) * n,
+            "segment_update": arms * o.segment_batches * o.segment_steps * len(o.phases) * n,
+        }
+        out |= {f"{name}{k}": v for k, v in counts.items()}
+        out[f"{name}core_s"] = sum(PACE_S[k] * v for k, v in counts.items()) * scale
+    return out
 
 
 def write(out: dict[str, Any], folder: str | Path) -> Path:

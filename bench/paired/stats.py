@@ -1,23 +1,22 @@
-"""The paired statistics of a credit probe's records, and how many batches each checkpoint needs.
+"""The paired records of a credit probe, grouped by the units that were sampled.
 
-A checkpoint is a stratum: for a pair at a setting, the effect pooled over C checkpoints is the mean of
-the checkpoints' mean differences, with SE = sqrt(sum_c s_c^2 / n_c) / C (:func:`stratified`). To reach a
-half-width h at Student-t quantile t with the fewest batches, checkpoint c needs n_c = s_c S (t / (h C))^2
-batches with S = sum_c s_c (Neyman's allocation: n_c proportional to s_c), which :func:`allocation`
-computes from a first round's variances (an internal pilot: the batch counts depend on the variances only,
-never on the differences' signs, which leaves the t interval's coverage as it is to first order).
+A record is one arm's update on one batch (:class:`Unit`): batches are drawn at a checkpoint, the
+checkpoints sit at fixed phases of a reference trajectory, and the trajectories are training seeds
+added in rounds. For a pair at a setting, each trajectory's value is the mean over its checkpoints of
+the checkpoint's mean difference (:func:`per_trajectory`), and the trajectories are the sampled units
+of the inference (bench.stats.paired.nested); a phase's values across trajectories are its conditional
+detail (where in training a credit helps).
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy import stats
 
 from bench.stats import paired as summary
+from bench.stats.paired import Summary
 
 
 class Unit(NamedTuple):
@@ -69,14 +68,26 @@ def stratum_mean(values: dict[Unit, float]) -> float:
     return float(np.mean([np.mean(v) for v in by_checkpoint(values).values()]))
 
 
-def stratified(diffs: dict[Unit, float], level: float = 0.95) -> dict[str, Any]:
-    """The mean over strata (checkpoints) of each stratum's mean, with its standard error, Student-t
-    interval, p-value and degrees of freedom (bench.stats.paired.stratified)."""
-    strata = by_checkpoint(diffs)
-    s = summary.stratified(strata)
-    half = s.half(level)
-    return {"mean": s.mean, "se": s.se, "lo": s.mean - half, "hi": s.mean + half, "p": s.p(), "df": s.df,
-            "n": s.n, "checkpoints": len(strata)}  # fmt: skip
+def by_trajectory(values: dict[Unit, float]) -> dict[tuple[str, int], dict[float, list[float]]]:
+    """The values grouped by trajectory (reference, seed), then by phase (its checkpoints), in order."""
+    out: dict[tuple[str, int], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for unit in sorted(values, key=_order):
+        out[(unit.reference, unit.seed)][unit.phase].append(values[unit])
+    return {t: dict(v) for t, v in out.items()}
+
+
+def per_trajectory(values: dict[Unit, float], order: list[int]) -> dict[int, float]:
+    """Each trajectory's value (the mean over its checkpoints of their means) by its seed, in the order of
+    ``order`` (the seeds in the order the rounds added them; one pair's records hold one reference)."""
+    groups = by_trajectory(values)
+    rank = {s: i for i, s in enumerate(order)}
+    keys = sorted(groups, key=lambda t: (rank.get(t[1], len(rank)), t))
+    return {t[1]: float(np.mean([np.mean(v) for v in groups[t].values()])) for t in keys}
+
+
+def nested(values: dict[Unit, float]) -> Summary:
+    """The two-level summary of the values: trajectories as the sampled units (bench.stats.paired.nested)."""
+    return summary.nested(by_trajectory(values))
 
 
 def settings(plan: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
@@ -86,27 +97,3 @@ def settings(plan: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
     if plan["tuned"] and all(x in plan["tuned"] for x in labels):
         out.append(("tuned", {x: plan["tuned"][x] for x in labels}))
     return out
-
-
-def allocation(probe: dict[str, Any], target: float, cap: int) -> dict[tuple, int]:
-    """Batches each checkpoint ``(reference, seed, phase)`` needs for every pair at every setting to reach
-    a 95% half-width of ``target`` x the control's mean gain (at most ``cap``; at least what it has)."""
-    dj = index(probe["updates"], "dj")
-    have: dict[tuple, int] = defaultdict(int)
-    for unit in {u for per in dj.values() for u in per}:
-        have[unit.checkpoint] += 1
-    need = dict(have)
-    for _, rate in settings(probe["plan"]):
-        for p in probe["plan"]["pairs"]:
-            m, c = (p["method"], rate[p["method"]]), (p["control"], rate[p["control"]])
-            units = sorted(set(dj[m]) & set(dj[c]), key=_order)  # a set's order moves with the hash seed
-            by = by_checkpoint({u: dj[m][u] - dj[c][u] for u in units})
-            gain = abs(stratum_mean({u: dj[c][u] for u in units})) if units else 0.0
-            if not by or gain == 0 or any(len(v) < 2 for v in by.values()):
-                continue
-            sd = {k: float(np.std(v, ddof=1)) for k, v in by.items()}
-            t = float(stats.t.ppf(0.975, sum(len(v) - 1 for v in by.values())))
-            scale = (t / (target * gain * len(by))) ** 2 * sum(sd.values())
-            for k, s in sd.items():
-                need[k] = min(cap, max(need[k], math.ceil(s * scale)))
-    return need

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -124,29 +125,59 @@ def analyse(runs: list[RunResult], baseline: str, analysis: Analysis) -> dict[st
 
 
 def _primary(credit: list, runs: list[RunResult], analysis: Analysis) -> dict[str, Any]:
-    """The primary family: each credit method against its own credit controls, adjusted on its own;
-    in a sequential sweep also decided round by round."""
+    """The primary family: each credit method against its own credit controls, adjusted on its own; in a
+    sequential sweep also decided round by round (``sequential``), and then its table prints each pair's
+    repeated confidence interval, the one valid after the sequential stop (``credit.repeated``), where the
+    assessment keeps the fixed-design one."""
     a = inference.assess(credit, analysis.alpha, analysis.power)
     out: dict[str, Any] = {"credit": {"assessment": a.to_dict(), "markdown": inference.markdown(a)}}
     if analysis.sequential:
-        out["sequential"] = sequential_family(runs, analysis)
+        pairs = credit_pairs(runs, analysis)
+        result = sequential_family(pairs, analysis)
+        needs = sequential.per_label(sequential.seeds_to_run(result), pairs)
+        out["sequential"] = {"analysis": result.to_dict(), "markdown": sequential.markdown(result), "needs": needs}
+        rows, label = repeated(result, pairs), sequential.label(analysis.alpha)
+        out["credit"]["markdown"] = inference.markdown(_with_repeated(a, result, pairs), label, "verdict (rounds)")
+        out["credit"]["repeated"] = {"label": label, "rows": rows}
     return out
 
 
-def sequential_family(runs: list[RunResult], analysis: Analysis) -> dict[str, Any]:
+def sequential_family(pairs: dict[str, dict[str, Any]], analysis: Analysis) -> sequential.Sequential:
     """The primary family decided by the group-sequential analysis (bench.report.sequential) of each
-    pair's differences in ascending seed order, the seeds both labels have from the first on:
-    ``{analysis, markdown, needs}``, ``needs`` the seeds each label must have for the next round
-    (every label of an open comparison, at its next look)."""
-    schedule = analysis.sequential
-    pairs = credit_pairs(runs, analysis)
-    diffs = {}
-    for name, p in pairs.items():
-        seeds = sorted(p["diffs"])
-        diffs[name] = [p["diffs"][s] for s in seeds]
-    result = sequential.analyse(diffs, schedule, analysis.alpha, analysis.margin)
-    needs = sequential.per_label(sequential.seeds_to_run(result), pairs)
-    return {"analysis": result.to_dict(), "markdown": sequential.markdown(result), "needs": needs}
+    pair's differences (:func:`credit_pairs`) in ascending seed order, the seeds both labels have from
+    the first on."""
+    diffs = {name: [p["diffs"][s] for s in sorted(p["diffs"])] for name, p in pairs.items()}
+    return sequential.analyse(diffs, analysis.sequential, analysis.alpha, analysis.margin)
+
+
+def repeated(result: sequential.Sequential, pairs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each decision's difference and repeated confidence interval, keyed as the credit table's rows are:
+    ``{method, control, task: "task (model)", value, lo, hi, verdict}``."""
+    out = []
+    for d in result.decisions:
+        p = pairs[d.name]
+        on = where(p["model"], p["task"])
+        out.append({"method": p["method"], "control": p["control"], "task": on, "value": d.diff, "lo": d.lo,
+                    "hi": d.hi, "verdict": str(d.verdict)})  # fmt: skip
+    return out
+
+
+def _with_repeated(
+    a: inference.Assessment, result: sequential.Sequential, pairs: dict[str, dict[str, Any]]
+) -> inference.Assessment:
+    """``a`` with each pair's difference, interval and verdict those of its sequential decision."""
+    by = {}
+    for d in result.decisions:
+        p = pairs[d.name]
+        by[(p["method"], p["control"], where(p["model"], p["task"]))] = d
+    order = [(c, lab) for c in a.comparisons for lab in c.diffs]  # the rows' order (inference.assess)
+    shown = []
+    for row, (c, lab) in zip(a.rows, order):
+        d = by.get((lab, c.baseline, c.task))
+        if d is not None and d.diff is not None:
+            row = replace(row, diff=replace(row.diff, value=d.diff, lo=d.lo, hi=d.hi), verdict=d.verdict)
+        shown.append(row)
+    return replace(a, rows=shown)
 
 
 def _credit_family(by_label: dict, credit_controls: dict[str, list[str]], settings: tuple) -> list:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.atomic import atomic_path, write_atomic
 from bench.environment.fingerprint import describe
-from bench.report import per_update
+from bench.report import per_update, per_update_files
 from bench.report.comparisons import blame_markdown
 from bench.report.summary import build_report, load_runs
 from bench.stats import format as fmt
@@ -110,7 +110,7 @@ def markdown(report: dict[str, Any]) -> str:
             "objective J (the probability of the reference completion): the credit's effect with the "
             "trajectory's noise removed (`creditbench credit-probe`, docs/results.md).",
             "",
-            per_update.markdown(report["per_update"]),
+            per_update_files.markdown(report["per_update"]),
         ]
     out += blame_markdown(report.get("blame") or [])
     if report.get("fingerprint"):

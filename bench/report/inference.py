@@ -295,10 +295,12 @@ def mde_line(c: Comparison, m: int, value: float | None, power: float = 0.8) -> 
     )
 
 
-def markdown(a: Assessment) -> str:
-    """The comparison table of an assessment, each comparison's notes, and the MDE lines."""
+def markdown(a: Assessment, interval: str = "CI", verdict: str = "TOST verdict") -> str:
+    """The comparison table of an assessment, each comparison's notes, and the MDE lines; ``interval``
+    and ``verdict`` name the differences' intervals and verdicts (a sequential family's are those of
+    its decisions: repeated intervals, verdicts in rounds)."""
     out = [
-        "| label | task | mean [CI] | diff to baseline [CI] | p | p_Holm | p_BH | TOST verdict |",
+        f"| label | task | mean [CI] | diff to baseline [{interval}] | p | p_Holm | p_BH | {verdict} |",
         "|---|---|---|---|---|---|---|---|",
     ]
     rows = iter(a.rows)

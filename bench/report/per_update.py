@@ -1,19 +1,27 @@
 """Credit per update: the statistics of a credit probe's raw records (bench.paired).
 
 For a pair (a credit method M and its control C: its twin or placebo) at a setting -- a common rate
-(both at lr), or ``tuned`` (each at its own tuned rate) -- every checkpoint c and batch b give one paired
-difference of one update's gain in J, in points:
+(both at lr), or ``tuned`` (each at its own tuned rate) -- every batch b drawn at checkpoint c of
+reference trajectory t gives one paired difference of one update's gain in J, in points:
 
-    d(c, b) = dJ_M(c, b) - dJ_C(c, b)        dJ_a(c, b) = 100 (J(theta_a) - J(theta_c))
+    d(t, c, b) = dJ_M(t, c, b) - dJ_C(t, c, b)        dJ_a = 100 (J(theta_a) - J(theta_c))
 
-Pooled over the checkpoints (strata, equal weights) the effect is the mean of the checkpoint means, with
-SE = sqrt(sum_c s_c^2 / n_c) / C and sum_c (n_c - 1) degrees of freedom (a Student-t interval); each
-pair uses its own variance. Its size relative to the control's own gain is d / mean dJ_C, the interval
-likewise; the target of a probe is a relative half-width of 10% or less. p-values are two-sided t tests,
-Holm-adjusted within the family of one setting (every pair compared there). The MDE is the paired one of
-bench.stats.power.mde at the design's batches. The inference is conditional on the reference
-trajectories' checkpoints: a batch, not a training seed, is the unit here, which is why this measures one
-update's effect and not a run's (docs/results.md sets the two side by side).
+The claim is about updates during training, so the sampled units are the trajectories (training seeds)
+and, within each, its checkpoints (the phases of the budget) and batches: each trajectory's value is the
+mean over its checkpoints of their mean differences, and the headline estimate, SE and degrees of
+freedom (T - 1) are those of the T trajectory values (bench.stats.paired.nested: the random-effects
+model's exact inference for a balanced design). Each pair uses its own variance.
+
+Trajectories come in rounds (``first``, then ``step`` more for the pairs with a comparison still open,
+up to ``cap``); after each round every open comparison -- every pair at every distinct rate, one family
+-- is tested against group-sequential boundaries (bench.report.sequential.analyse: alpha spending, Holm's
+recycling across the family; equivalence within ±``margin`` of the control's own gain by two one-sided
+tests of d_t + margin g_t and margin g_t - d_t). The interval printed is the repeated confidence interval
+at the look where the comparison stopped (valid after a sequential stop, simultaneous over the family at
+alpha / m), and the ratio to the control's gain is Fieller's interval at the same critical value, printed
+only where the control's gain is resolved above 0 (bench.stats.ratio). Per phase, the differences across
+trajectories are conditional detail (95%, unadjusted). The MDE is the paired one of bench.stats.power.mde
+at the trajectories used, Bonferroni over the family. The words come from the rules of bench.stats.words.
 """
 
 from __future__ import annotations
@@ -21,55 +29,134 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.atomic import write_atomic
-from bench.paired.stats import Unit, index, settings, stratified, stratum_mean
+from bench.paired.stats import Unit, index, nested, per_trajectory, settings, stratum_mean
 from bench.report.comparisons import where
 from bench.report.inference import row_pairs
-from bench.stats import format as fmt
-from bench.stats.family import holm
+from bench.report.sequential import Sequential, analyse, critical
+from bench.stats import words
+from bench.stats.paired import summarize
 from bench.stats.power import mde
+from bench.stats.ratio import fieller
+from bench.sweep.schedule import SequentialSpec
 
 
-def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any]]:
-    """Every pair at every setting: the paired difference per update, pooled and per phase, its size
-    relative to the control's gain, Holm within each setting, the MDE."""
+def _schedule(options: dict[str, Any]) -> SequentialSpec:
+    return SequentialSpec(first=options["first"], step=options["step"], cap=options["cap"],
+                          spending=options["spending"])  # fmt: skip
+
+
+def _name(p: dict[str, Any], lr_m: float, lr_c: float) -> str:
+    """A comparison's name in the family: the pair and its rates."""
+    rates = f"{lr_m:g}" if lr_m == lr_c else f"{lr_m:g} vs {lr_c:g}"
+    return f"{p['method']} vs {p['control']} @ {rates}"
+
+
+def _cells(probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every pair at every setting with its records: (setting, pair, rates, the units both arms hold, and
+    the per-trajectory values of the difference and of each arm's gain, in the rounds' order)."""
     plan = probe["plan"]
+    order = list(plan["options"]["reference_seeds"])
     dj = index(probe["updates"], "dj")
     out = []
-    for name, rate in settings(plan):
-        family = []
+    for setting, rate in settings(plan):
         for p in plan["pairs"]:
             m, c = (p["method"], rate[p["method"]]), (p["control"], rate[p["control"]])
             units = sorted(set(dj[m]) & set(dj[c]))
             if not units:
                 continue
             diffs = {u: dj[m][u] - dj[c][u] for u in units}
-            gain = stratum_mean({u: dj[c][u] for u in units})
-            row = {"setting": name, **p, "lr_method": m[1], "lr_control": c[1], "gain_method":
-                   stratum_mean({u: dj[m][u] for u in units}), "gain_control": gain, **stratified(diffs)}  # fmt: skip
-            rel = sorted(row[k] / gain if gain else math.nan for k in ("lo", "hi"))  # a loss flips the order
-            row["relative"] = {"mean": row["mean"] / gain if gain else math.nan, "lo": rel[0], "hi": rel[1]}
-            row["relative_half_width"] = (row["hi"] - row["lo"]) / 2 / abs(gain) if gain else math.inf
-            sd = row["se"] * math.sqrt(row["n"])
-            row["mde"] = mde(sd, row["n"], max(row["df"], 1), m=1, power=power, paired=True)
-            row["phases"] = _phases(diffs)
-            family.append(row)
-        for row, ph in zip(family, holm([r["p"] for r in family])):
-            row["p_holm"] = ph
-        out += family
+            series = {k: per_trajectory(v, order) for k, v in
+                      (("diff", diffs), ("method", {u: dj[m][u] for u in units}),
+                       ("control", {u: dj[c][u] for u in units}))}  # fmt: skip
+            out.append({"setting": setting, "pair": p, "rates": (m[1], c[1]), "name": _name(p, m[1], c[1]),
+                        "diffs": diffs, "series": series})  # fmt: skip
+    return out
+
+
+def family(probe: dict[str, Any]) -> Sequential:
+    """The probe's family of comparisons (every pair at every distinct rate) decided in rounds."""
+    o = probe["plan"]["options"]
+    cells = {c["name"]: c for c in _cells(probe)}
+    diffs = {n: list(c["series"]["diff"].values()) for n, c in cells.items()}
+    gains = {n: list(c["series"]["control"].values()) for n, c in cells.items()}
+    return analyse(diffs, _schedule(o), o["alpha"], o["margin"], scale=gains)
+
+
+def needs(probe: dict[str, Any]) -> dict[str, int]:
+    """The trajectories each reference label needs next: the next look's for a pair with a comparison
+    still open, what it has for the others."""
+    plan = probe["plan"]
+    schedule = _schedule(plan["options"])
+    pair_of = {c["name"]: c["pair"] for c in _cells(probe)}
+    out: dict[str, int] = {}
+    for d in family(probe).decisions:
+        ref = plan["references"][pair_of[d.name]["method"]]
+        n = d.seeds if d.verdict.outcome.name != "OPEN" else schedule.next_look(d.seeds)
+        out[ref] = max(out.get(ref, 0), n)
+    return out
+
+
+def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any]]:
+    """Every pair at every setting: its verdict in rounds, the trajectory-level difference per update with
+    its repeated interval, Fieller's ratio to the control's gain, the per-phase detail and the MDE."""
+    o = probe["plan"]["options"]
+    schedule, fam = _schedule(o), family(probe)
+    decisions = {d.name: d for d in fam.decisions}
+    m_family = len(decisions)
+    out = []
+    for cell in _cells(probe):
+        d = decisions[cell["name"]]
+        seeds = list(cell["series"]["diff"])[: d.seeds]
+        x = np.array([cell["series"]["diff"][s] for s in seeds])
+        g = np.array([cell["series"]["control"][s] for s in seeds])
+        gm = np.array([cell["series"]["method"][s] for s in seeds])
+        s = summarize(x) if len(x) >= 2 else None
+        look = schedule.looks.index(len(x)) if len(x) in schedule.looks else None
+        q = critical(schedule, o["alpha"] / m_family, look, len(x) - 1) if look is not None and s else math.inf
+        p = cell["pair"]
+        row = {"setting": cell["setting"], **p, "comparison": cell["name"], "lr_method": cell["rates"][0],
+               "lr_control": cell["rates"][1], "gain_method": float(gm.mean()), "gain_control": float(g.mean()),
+               "mean": float(x.mean()), "se": s.se if s else math.inf, "df": s.df if s else 0, "n": len(x),
+               "batches": sum(1 for u in cell["diffs"] if u.seed in seeds), "critical": q,
+               "verdict": str(d.verdict), "look": d.look, "why": d.why}  # fmt: skip
+        half = q * row["se"] if s else math.inf
+        row["lo"], row["hi"] = row["mean"] - half, row["mean"] + half
+        row["p"] = s.p() if s else 1.0
+        r = fieller(x, g, q) if s and math.isfinite(q) and g.mean() > 0 else None  # a gain resolved above 0
+        row["relative"] = None if r is None else {"mean": r.estimate, "lo": r.lo, "hi": r.hi}
+        row["relative_half_width"] = half / abs(row["gain_control"]) if row["gain_control"] else math.inf
+        row["mde"] = mde(s.sd, len(x), len(x) - 1, o["alpha"], m_family, power, paired=True) if s else math.inf
+        row["phases"] = _phases({u: v for u, v in cell["diffs"].items() if u.seed in seeds})
+        row["phase_words"] = words.phases({k: (v["lo"], v["hi"]) for k, v in row["phases"].items()})
+        row["trajectories"] = {"seeds": seeds, "diff": x.tolist(), "method": gm.tolist(), "control": g.tolist()}
+        out.append(row)
     return out
 
 
 def _phases(diffs: dict[Unit, float]) -> dict[str, dict[str, Any]]:
+    """Each phase's difference across trajectories (its checkpoints' means; a 95% interval, unadjusted)."""
     by: dict[float, dict[Unit, float]] = defaultdict(dict)
     for u, d in diffs.items():
         by[u.phase][u] = d
-    return {f"{phase:g}": stratified(ds) for phase, ds in sorted(by.items())}
+    out = {}
+    for phase, ds in sorted(by.items()):
+        s = nested(ds)
+        half = s.half()
+        out[f"{phase:g}"] = {"mean": s.mean, "se": s.se, "lo": s.mean - half, "hi": s.mean + half, "n": s.n}
+    return out
+
+
+def readings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each pair's verdicts across the common rates in words (bench.stats.words.across)."""
+    out: dict[tuple, dict[str, str]] = {}
+    for r in rows:
+        if r["setting"] != "tuned":
+            out.setdefault((r["method"], r["control"]), {})[f"{r['lr_method']:g}"] = r["verdict"]
+    return [{"method": m, "control": c, "rates": words.across(v)} for (m, c), v in out.items()]
 
 
 def arms(probe: dict[str, Any]) -> list[dict[str, Any]]:
@@ -103,8 +190,9 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each pair at each common rate and step k of the segments: the paired difference of J's gain since
-    the checkpoint, and the fraction of samples the two arms still share."""
+    """Each pair at each common rate and step k of the segments: the difference of J's gain since the
+    checkpoint across trajectories (a 95% interval, unadjusted), and the fraction of samples the two arms
+    still share."""
     from bench.paired.segment import shared_fraction
 
     if not probe["segments"]:
@@ -117,9 +205,11 @@ def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
             m, c = (p["method"], lr), (p["control"], lr)
             for k in sorted({u.k for u in dj[m]}):
                 units = [u for u in sorted(set(dj[m]) & set(dj[c])) if u.k == k]
-                diffs = {u: dj[m][u] - dj[c][u] for u in units}
+                s = nested({u: dj[m][u] - dj[c][u] for u in units})
+                half = s.half()
                 shared = float(np.mean([shared_fraction(rows[m][u], rows[c][u]) for u in units]))
-                out.append({"lr": lr, **p, "k": k, "shared": shared, **stratified(diffs),
+                out.append({"lr": lr, **p, "k": k, "shared": shared, "mean": s.mean, "se": s.se, "df": s.df,
+                            "n": s.n, "lo": s.mean - half, "hi": s.mean + half,
                             "gain_control": stratum_mean({u: dj[c][u] for u in units})})  # fmt: skip
     return out
 
@@ -127,9 +217,10 @@ def segments(probe: dict[str, Any]) -> list[dict[str, Any]]:
 def end_to_end(probe: dict[str, Any], sweep_report: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The sweep's own verdicts for the probe's pairs (its credit family, final pass@1 over training seeds
     at the tuned rates), in points, to set beside the per-update effects: each pair of the probe's
-    ``credit_controls`` on the probe's model and task that the family compared; [] without a sweep report."""
+    ``credit_controls`` on the probe's model and task that the family compared; [] without a sweep report.
+    ``interval`` names the interval: a family decided in rounds gives its repeated one."""
     credit = ((sweep_report or {}).get("analysis") or {}).get("credit")
-    rows = _credit_rows(credit["assessment"]) if credit else {}
+    rows = _credit_rows(credit) if credit else {}
     on = where(probe["model"], probe["task"])
     out = []
     for m, cs in (probe["plan"].get("credit_controls") or {}).items():
@@ -138,13 +229,25 @@ def end_to_end(probe: dict[str, Any], sweep_report: dict[str, Any] | None) -> li
             if r is None:  # a label without runs: the family has no row for the pair
                 continue
             out.append({"method": m, "control": c, "diff": 100 * r["diff"]["value"], "lo": 100 * r["diff"]["lo"],
-                        "hi": 100 * r["diff"]["hi"], "p_holm": r["p_holm"], "verdict": r["verdict"]})  # fmt: skip
+                        "hi": 100 * r["diff"]["hi"], "interval": r["interval"], "p_holm": r["p_holm"],
+                        "verdict": r["verdict"]})  # fmt: skip
     return out
 
 
-def _credit_rows(assessment: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """The credit family's rows by pair: (method, control, "task (model)")."""
-    return {(label, control, on): row for label, control, on, row, _ in row_pairs(assessment) if row is not None}
+def _credit_rows(credit: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The credit family's rows by pair: (method, control, "task (model)"), with the name of their
+    ``interval``; in a family decided in rounds each difference and verdict is its decision's, with the
+    repeated interval valid after the sequential stop (report.json's ``credit.repeated``), not the
+    fixed-design one."""
+    repeated = credit.get("repeated") or {}
+    by = {(r["method"], r["control"], r["task"]): r for r in repeated.get("rows", [])}
+    out = {}
+    for label, control, on, row, _ in row_pairs(credit["assessment"]):
+        if row is not None:
+            r = by.get((label, control, on))
+            shown = {"diff": r, "interval": repeated["label"], "verdict": r["verdict"]} if r else {"interval": "95% CI"}
+            out[(label, control, on)] = row | shown
+    return out
 
 
 def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -157,7 +260,9 @@ def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) ->
         "options": probe["plan"]["options"],
         "checkpoints": probe["checkpoints"],
         "batches": len({Unit.of(r) for r in probe["updates"]}),
-        "comparisons": comparisons(probe),
+        "comparisons": (rows := comparisons(probe)),
+        "readings": readings(rows),
+        "rounds": probe.get("rounds", []),
         "arms": arms(probe),
         "segments": segments(probe),
         "end_to_end": end_to_end(probe, sweep_report),
@@ -172,126 +277,3 @@ def read(results_dir, sweep: str) -> dict[str, Any] | None:
 
     path = probe_dir(results_dir, sweep) / "report.json"
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _ci(r: dict[str, Any]) -> str:
-    return fmt.interval(r["mean"], r["lo"], r["hi"], "+.2f")
-
-
-def markdown(rep: dict[str, Any]) -> str:
-    """The "Credit per update" tables: each pair at each setting, then the segments."""
-    o = rep["options"]
-    ckpts = ", ".join(f"{p:g}" for p in sorted({c["phase"] for c in rep["checkpoints"]}))
-    lines = [
-        f"Paired updates on {rep['task']} ({rep['model']}): {rep['batches']} batches on "
-        f"{len(rep['checkpoints'])} checkpoints (phases of the budget: {ckpts}; reference: {o['reference']}, "
-        f"seeds {', '.join(map(str, o['reference_seeds']))}), {rep['wall_s'] / 60:.1f} min of wall time on "
-        f"{rep['jobs']} process(es). dJ: one update's gain in J, points of strict pass@1.",
-        "",
-        "| method | control | setting | dJ method | dJ control | difference [95% CI] | relative to control's dJ "
-        "| p_Holm | MDE | by phase |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rep["comparisons"]:
-        rel = r["relative"]
-        lr = r["setting"] if r["setting"] != "tuned" else f"tuned ({r['lr_method']:g} vs {r['lr_control']:g})"
-        lines.append(
-            f"| {r['method']} | {r['control']} | {lr} | {r['gain_method']:.2f} | {r['gain_control']:.2f} | "
-            f"{_ci(r)} | {100 * rel['mean']:+.1f}% [{100 * rel['lo']:+.1f}, {100 * rel['hi']:+.1f}] | "
-            f"{fmt.p_value(r['p_holm'])} | {r['mde']:.2f} | "
-            + ", ".join(f"{ph}: {x['mean']:+.2f}" for ph, x in r["phases"].items())
-            + " |"
-        )
-    lines += _beside(rep)
-    lines += ["", "Each arm's update: its mean gain dJ, the first-order gain grad J . d theta (points), the cosine "
-              "of d theta with grad J, and where its credit goes on failed completions (the blame token's share "
-              "of |credit|, against uniform's; the blame token's rank, 0 first, 0.5 chance).", "",
-              "| label | lr | dJ | grad J . d theta | cos | blame share (uniform) | blame rank | skipped |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for a in rep["arms"]:
-        share = "–" if a["blame_share"] is None else f"{a['blame_share']:.3f} ({a['blame_uniform_share']:.3f})"
-        rank = "–" if a["blame_rank_frac"] is None else f"{a['blame_rank_frac']:.2f}"
-        lines.append(
-            f"| {a['label']} | {a['lr']:g} | {a['dj']:.2f} | {a['first_order']:.2f} | {a['cos']:.3f} | {share} | "
-            f"{rank} | {a['skipped']} |"
-        )
-    if rep["segments"]:
-        lines += ["", "Segments of K updates (common random numbers): the difference of J's gain since the "
-                  "checkpoint after k updates, and the share of samples the two arms still draw alike.", "",
-                  "| method | control | lr | k | difference [95% CI] | dJ control | samples shared |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
-        for s in rep["segments"]:
-            lines.append(
-                f"| {s['method']} | {s['control']} | {s['lr']:g} | {s['k']} | {_ci(s)} | {s['gain_control']:.2f} | "
-                f"{100 * s['shared']:.0f}% |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def _beside(rep: dict[str, Any]) -> list[str]:
-    """Per update beside end to end: each pair's per-update difference at the tuned rates and at each common
-    rate, its K-step difference at the largest K, and the sweep's end-to-end difference (tuned rates)."""
-    if not rep["end_to_end"]:
-        return []
-    settings = list(dict.fromkeys(c["setting"] for c in rep["comparisons"]))
-    last_k = max((s["k"] for s in rep["segments"]), default=None)
-    head = ["method", "control", *(f"per update, {s}" for s in settings)]
-    head += [f"{last_k} updates, lr {lr:g}" for lr in rep["options"]["lrs"]] if last_k else []
-    head += ["end to end (final pass@1, tuned)", "end-to-end verdict"]
-    lines = ["", "Per update beside end to end (points; per update: of J, end to end: of sampled pass@1 over "
-             "training seeds):", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
-    measured = {(c["method"], c["control"]) for c in rep["comparisons"]}
-    for e in [e for e in rep["end_to_end"] if (e["method"], e["control"]) in measured]:
-        cells = [e["method"], e["control"]]
-        for s in settings:
-            rows = [
-                c
-                for c in rep["comparisons"]
-                if (c["method"], c["control"], c["setting"]) == (e["method"], e["control"], s)
-            ]
-            cells.append(_ci(rows[0]) if rows else "–")
-        for lr in rep["options"]["lrs"] if last_k else []:
-            seg = [
-                x
-                for x in rep["segments"]
-                if (x["method"], x["control"], x["lr"], x["k"]) == (e["method"], e["control"], lr, last_k)
-            ]
-            cells.append(_ci(seg[0]) if seg else "–")
-        cells += [fmt.interval(e["diff"], e["lo"], e["hi"], "+.1f"), e["verdict"]]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def write(rep: dict[str, Any], out: Path) -> None:
-    """A credit probe's report files in ``out``: report.json, report.md and per_update.png."""
-    write_atomic(out / "report.json", json.dumps(rep, indent=1) + "\n")
-    write_atomic(out / "report.md", markdown(rep))
-    figure(rep, out / "per_update.png")
-
-
-def figure(rep: dict[str, Any], path) -> None:
-    """Per pair: each arm's gain per update against the rate, and the paired difference with its interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pairs = [(c["method"], c["control"]) for c in rep["comparisons"] if c["setting"] != "tuned"]
-    pairs = list(dict.fromkeys(pairs))
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4 * len(pairs), 3.2), squeeze=False)
-    for ax, (m, c) in zip(axes[0], pairs):
-        rows = [r for r in rep["comparisons"] if (r["method"], r["control"]) == (m, c) and r["setting"] != "tuned"]
-        lrs = [r["lr_method"] for r in rows]
-        ax.plot(lrs, [r["gain_method"] for r in rows], "o-", label=m)
-        ax.plot(lrs, [r["gain_control"] for r in rows], "s--", label=c)
-        ax.errorbar(lrs, [r["mean"] for r in rows], yerr=[[r["mean"] - r["lo"] for r in rows],
-                    [r["hi"] - r["mean"] for r in rows]], fmt="k^", capsize=3, label="difference")  # fmt: skip
-        ax.axhline(0, color="grey", lw=0.5)
-        ax.set_xscale("log")
-        ax.set_xlabel("learning rate")
-        ax.set_ylabel("dJ per update (points)")
-        ax.set_title(f"{m} vs {c}", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -2,8 +2,12 @@
 Student-t interval and the two-sided p-value.
 
 Two estimators share it. :func:`summarize`: n differences, one unit each (a seed), mean d-bar,
-SE = s / sqrt(n), df = n - 1. :func:`stratified`: differences grouped in strata (checkpoints), the
-mean of the strata's means over C strata, SE = sqrt(sum_c s_c^2 / n_c) / C, df = sum_c (n_c - 1).
+SE = s / sqrt(n), df = n - 1. :func:`nested`: two sampled levels (batches within checkpoints within trajectories): each trajectory's
+value is the mean of its checkpoints' means, and the plain summary of the T trajectory values is the
+estimate, SE and df = T - 1 (with one trajectory, of its C checkpoint means, df = C - 1). For a
+balanced design this is the exact inference of the random-effects model d = mu + a_t + b_tc + e_tcb:
+var(mean) = s_a^2 / T + s_b^2 / (T C) + s_e^2 / (T C n), estimated without bias by the trajectory
+values' variance / T (the batches and checkpoints give no degrees of freedom of their own).
 The interval is mean -+ t_{(1+level)/2, df} SE; a plain summary computes its half-width as
 t * s / sqrt(n), the order every committed report used, so its floats stay those bits
 (tests/stats/test_stats.py holds both against the formulas).
@@ -25,7 +29,7 @@ MIN_SEEDS = 3
 @dataclass(frozen=True)
 class Summary:
     """Paired differences summarised: ``mean``, its standard error ``se`` on ``df`` degrees of freedom,
-    ``n`` differences; ``sd`` the per-unit sd of a plain summary (None for a stratified one)."""
+    ``n`` units; ``sd`` the per-unit sd (None where there is no spread to take one from)."""
 
     mean: float
     se: float
@@ -61,12 +65,12 @@ def summarize(d: Sequence[float] | np.ndarray) -> Summary:
     return Summary(float(d.mean()), float(sd / math.sqrt(n)), n - 1, n, sd)
 
 
-def stratified(strata: Mapping[Hashable, Sequence[float]]) -> Summary:
-    """The stratified summary: each stratum weighs the same however many differences it holds; a
-    stratum of one difference adds to the mean but not to the variance or the degrees of freedom."""
-    groups = list(strata.values())
-    means = [float(np.mean(v)) for v in groups]
-    C = len(groups)
-    var = sum(float(np.var(v, ddof=1)) / len(v) for v in groups if len(v) > 1)
-    df = sum(len(v) - 1 for v in groups)
-    return Summary(float(np.mean(means)), math.sqrt(var) / C, df, sum(len(v) for v in groups))
+def nested(units: Mapping[Hashable, Mapping[Hashable, Sequence[float]]]) -> Summary:
+    """The two-level summary: ``units[t][c]`` the values of checkpoint c of trajectory t (see the module
+    docstring); with fewer than two units at both levels, the mean with no interval (se inf, df 0)."""
+    means = [[float(np.mean(v)) for v in mids.values()] for mids in units.values()]
+    top = [float(np.mean(m)) for m in means]
+    values = top if len(top) > 1 else (means[0] if means else [])
+    if len(values) < 2:
+        return Summary(float(np.mean(values)) if values else math.nan, math.inf, 0, len(values))
+    return summarize(values)

@@ -29,27 +29,34 @@ class Verdict:
 
     outcome: Outcome
     margin: float | None = None
+    relative: bool = False
+    """The margin is a fraction of the control's own value (written as a percentage of it)."""
 
     @classmethod
-    def of(cls, diff: float, significant: bool, equivalent: bool, margin: float | None) -> Verdict:
+    def of(
+        cls, diff: float, significant: bool, equivalent: bool, margin: float | None, relative: bool = False
+    ) -> Verdict:
         """The rule above from a comparison's estimate and its two tests."""
         within = margin if equivalent else None
         if significant:
-            return cls(Outcome.BETTER if diff > 0 else Outcome.WORSE, within)
-        return cls(Outcome.EQUIVALENT, margin) if equivalent else cls(Outcome.INCONCLUSIVE)
+            return cls(Outcome.BETTER if diff > 0 else Outcome.WORSE, within, relative)
+        return cls(Outcome.EQUIVALENT, margin, relative) if equivalent else cls(Outcome.INCONCLUSIVE)
 
     @property
     def directional(self) -> bool:
         """A difference was found (better or worse, within the margin or not)."""
         return self.outcome in (Outcome.BETTER, Outcome.WORSE)
 
-    def within(self, margin: float) -> Verdict:
+    def within(self, margin: float, relative: bool = False) -> Verdict:
         """This difference, shown also to lie inside ±``margin``."""
-        return Verdict(self.outcome, margin)
+        return Verdict(self.outcome, margin, relative)
+
+    def _margin(self) -> str:
+        return f"±{100 * self.margin:g}% of the control's" if self.relative else f"±{self.margin:g}"
 
     def __str__(self) -> str:
         if self.outcome is Outcome.EQUIVALENT:
-            return f"equivalent (±{self.margin:g})"
+            return f"equivalent ({self._margin()})"
         if self.directional and self.margin is not None:
-            return f"{self.outcome.value}, within ±{self.margin:g}"
+            return f"{self.outcome.value}, within {self._margin()}"
         return self.outcome.value

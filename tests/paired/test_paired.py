@@ -125,17 +125,31 @@ def test_segments_start_paired(plan, checkpoints):
     assert [r["k"] for r in records] == [1, 2, 1, 2]
 
 
-def test_stratified_difference_by_hand():
-    """Two checkpoints with differences [1, 3] and [2, 2, 5]: stratum means 2 and 3, mean 2.5; variances
-    2/2 and 3/3, SE = sqrt(1 + 1) / 2 = 0.7071; df = 1 + 2 = 3."""
-    from bench.paired.stats import Unit, stratified
+def test_another_probe_seed_draws_other_batches(plan, checkpoints):
+    """A validation is new data: its own probe seed draws other batches from the same checkpoint (the
+    nulls above stay exactly 0 under any seed)."""
+    from bench.paired.update import Workspace, paired_batch
 
-    diffs = {Unit("r", 0, 0.0, 0): 1.0, Unit("r", 0, 0.0, 1): 3.0, Unit("r", 0, 1.0, 0): 2.0,
-             Unit("r", 0, 1.0, 1): 2.0, Unit("r", 0, 1.0, 2): 5.0}  # fmt: skip
-    s = stratified(diffs)
-    assert s["mean"] == pytest.approx(2.5) and s["se"] == pytest.approx(0.5**0.5) and s["df"] == 3
-    assert s["checkpoints"] == 2 and Unit("r", 0, 1.0, 2).checkpoint == ("r", 0, 1.0)
-    assert s["lo"] == pytest.approx(2.5 - 3.182446 * 0.5**0.5, abs=1e-5)
+    arms = plan.arms(["s_trace", "s_trace-twin"])
+    prints = []
+    for seed in (0, 1):
+        ws = Workspace.build(plan.labels["s_trace-twin"], checkpoints[1], arms, 16, probe_seed=seed)
+        prints.append({r["fingerprint"] for r in paired_batch(ws, arms, 0, plan.pairs[:1])})
+    assert len(prints[0]) == len(prints[1]) == 1 and prints[0] != prints[1]
+
+
+def test_the_trajectory_values_by_hand():
+    """One pair's records on two trajectories (seeds 5 and 3, added in that order) of two checkpoints:
+    seed 5: phase 0 [1, 3] -> 2, phase 1 [4] -> 4: 3; seed 3: [0, 2] -> 1 and [2, 4] -> 3: 2. The values
+    come in the rounds' order, and the two-level summary has 1 df (two trajectories)."""
+    from bench.paired.stats import Unit, nested, per_trajectory
+
+    values = {Unit("r", 5, 0.0, 0): 1.0, Unit("r", 5, 0.0, 1): 3.0, Unit("r", 5, 1.0, 0): 4.0,
+              Unit("r", 3, 0.0, 0): 0.0, Unit("r", 3, 0.0, 1): 2.0, Unit("r", 3, 1.0, 0): 2.0,
+              Unit("r", 3, 1.0, 1): 4.0}  # fmt: skip
+    assert per_trajectory(values, [5, 3]) == {5: 3.0, 3: 2.0}
+    s = nested(values)
+    assert (s.mean, s.df, s.n) == (2.5, 1, 2) and s.se == pytest.approx(0.5)
 
 
 def test_the_command_writes_records_and_report(spec, tmp_path):
@@ -143,13 +157,17 @@ def test_the_command_writes_records_and_report(spec, tmp_path):
 
     out = tmp_path / "out"
     argv = [str(spec), "--batches", "2", "--phases", "0,1", "--lrs", "2e-4", "--results_dir", str(tmp_path),
-            "--out", str(out), "--target", "0"]  # fmt: skip
+            "--out", str(out), "--first", "3", "--step", "1", "--cap", "4"]  # fmt: skip
     assert main(["credit-probe", *argv]) == 0
     probe = json.loads((out / "updates.json").read_text())
-    assert len(probe["updates"]) == 2 * 2 * 2  # checkpoints x batches x arms (twin pair, one rate)
+    trajectories = len(probe["checkpoints"]) // 2
+    assert probe["rounds"][0] == {"s_trace-twin": 3} and trajectories in (3, 4)
+    assert len(probe["updates"]) == trajectories * 2 * 2 * 2  # trajectories x checkpoints x batches x arms
     rep = json.loads((out / "report.json").read_text())
     (c,) = rep["comparisons"]
-    assert (c["method"], c["control"], c["setting"], c["n"]) == ("s_trace", "s_trace-twin", "lr 0.0002", 4)
+    assert (c["method"], c["control"], c["setting"], c["n"]) == ("s_trace", "s_trace-twin", "lr 0.0002", c["n"])
+    assert c["df"] == c["n"] - 1 and c["batches"] == 4 * c["n"] and c["lo"] <= c["mean"] <= c["hi"]
+    assert c["verdict"] in ("better", "worse", "inconclusive at the cap") or c["verdict"].startswith("equivalent")
     assert (out / "per_update.png").stat().st_size > 0 and "s_trace-twin" in (out / "report.md").read_text()
     assert main(["credit-probe", *argv, "--report"]) == 0  # the analysis redone from the records
     assert json.loads((out / "report.json").read_text()) == rep
@@ -158,7 +176,9 @@ def test_the_command_writes_records_and_report(spec, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batches", "1"], "batches must be >= 2"),
+        (["--batches", "0"], "batches must be >= 1"),
+        (["--first", "2"], "first must be >= 3 trajectories"),
+        (["--cap", "20"], "reference_seeds must list at least cap = 20 distinct seeds, got 12"),
         (["--reference", "nope"], "reference 'nope' is not a label of sweep 'probe-tiny'; valid: control, s_trace"),
         (["--phases", "0,2"], "phases must be fractions of the budget"),
         (["--jobs", "0"], "--jobs must be >= 1, got 0"),
@@ -174,24 +194,38 @@ def test_bad_options_are_one_line(spec, tmp_path, capsys, args, message):
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_allocation_by_hand():
-    """Two checkpoints of one pair, 4 batches each, the control gaining 10 points per update; the method's
-    differences +-1 at checkpoint A (sd 1.1547) and +-0.1 at B (sd 0.11547). For a half-width of 2% of the
-    gain (h = 0.2) with t(0.975, 6) = 2.4469: scale = (t / (h C))^2 (s_A + s_B) = 37.42 x 1.2702 = 47.53,
-    so A needs ceil(1.1547 x 47.53) = 55 batches and B ceil(0.11547 x 47.53) = 6; a cap of 40 holds A."""
-    from bench.paired.stats import allocation
-
+def _records(effects: dict[float, list[float]]) -> dict:
+    """A probe's records: one pair ("m" vs its twin "c") at each rate, one trajectory per listed effect
+    (seeds 0, 1, ...), one checkpoint, two batches whose differences are effect -+ 0.1; the control gains
+    10 points per update."""
     updates = []
-    for phase, step in ((0.0, 1.0), (1.0, 0.1)):
-        for b, sign in enumerate((1, -1, 1, -1)):
-            unit = {"reference": "r", "seed": 0, "phase": phase, "batch": b}
-            updates += [{**unit, "label": "c", "lr": 1.0, "dj": 10.0},
-                        {**unit, "label": "m", "lr": 1.0, "dj": 10.0 + sign * step}]  # fmt: skip
-    probe = {"plan": {"pairs": [{"method": "m", "control": "c", "kind": "twin"}], "options": {"lrs": [1.0]},
-                      "tuned": {}}, "updates": updates}  # fmt: skip
-    assert allocation(probe, 0.02, 100) == {("r", 0, 0.0): 55, ("r", 0, 1.0): 6}
-    assert allocation(probe, 0.02, 40) == {("r", 0, 0.0): 40, ("r", 0, 1.0): 6}
-    assert allocation(probe, 0.10, 100) == {("r", 0, 0.0): 4, ("r", 0, 1.0): 4}  # met already: what it has
+    for lr, per_seed in effects.items():
+        for seed, e in enumerate(per_seed):
+            for b, noise in enumerate((0.1, -0.1)):
+                unit = {"reference": "c", "seed": seed, "phase": 1.0, "batch": b, "lr": lr}
+                updates += [{**unit, "label": "c", "dj": 10.0}, {**unit, "label": "m", "dj": 10.0 + e + noise}]
+    options = {"lrs": list(effects), "reference_seeds": list(range(12)), "first": 3, "step": 2, "cap": 7,
+               "spending": "obf", "alpha": 0.05, "margin": 0.10}  # fmt: skip
+    plan = {"pairs": [{"method": "m", "control": "c", "kind": "twin"}], "options": options, "tuned": {},
+            "references": {"m": "c"}}  # fmt: skip
+    return {"plan": plan, "updates": updates}
+
+
+def test_trajectories_are_added_while_a_comparison_is_open():
+    """At 1e-4 the effect (+5 points on a gain of 10, sd 0.1 across trajectories) is decided better at
+    the first look; at 2e-4 the trajectories disagree (+1, -1, +2): still open, so the pair's reference
+    needs the next look's 5 trajectories. With that rate decided too, it needs no more."""
+    from bench.report.per_update import comparisons, needs
+
+    open_ = _records({1e-4: [5.0, 5.1, 4.9], 2e-4: [1.0, -1.0, 2.0]})
+    assert needs(open_) == {"c": 5}
+    rows = {r["setting"]: r for r in comparisons(open_)}
+    assert rows["lr 0.0001"]["verdict"] == "better" and rows["lr 0.0001"]["look"] == 1
+    assert rows["lr 0.0002"]["verdict"] == "open" and rows["lr 0.0002"]["relative"]["lo"] < 0  # not resolved
+    assert rows["lr 0.0001"]["relative"]["lo"] < 0.5 < rows["lr 0.0001"]["relative"]["hi"]
+    done = _records({1e-4: [5.0, 5.1, 4.9], 2e-4: [0.01, -0.01, 0.0]})
+    assert needs(done) == {"c": 3}
+    assert {r["verdict"] for r in comparisons(done)} == {"better", "equivalent (±10% of the control's)"}
 
 
 def test_the_sweep_prints_its_probe_cost(spec, tmp_path, capsys):
@@ -200,7 +234,8 @@ def test_the_sweep_prints_its_probe_cost(spec, tmp_path, capsys):
 
     assert main(["sweep", str(spec), "--dry_run", "--credit_probe", "--results_dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "credit probe of probe-tiny: 1 pair, 2 reference RL steps, 480 paired updates" in out
+    assert "credit probe of probe-tiny: 1 pair, first round 8 reference RL steps, 384 paired updates" in out
+    assert "at the cap (12 trajectories per pair) 1152 paired updates" in out
 
 
 def test_a_task_without_references_is_refused(tmp_path, capsys):

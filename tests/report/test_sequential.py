@@ -1,7 +1,7 @@
 """bench.report.sequential: the spending boundaries against published values and a Monte Carlo of
 the score process, the decisions on small simulated families (error rate under the null, Holm's
-recycling, equivalence), the sweep's round-by-round analysis equal to one analysis of all seeds, and
-bad schedules refused in one line."""
+recycling, equivalence), the sweep's round-by-round analysis equal to one analysis of all seeds, the repeated confidence
+intervals worked by hand, and bad schedules refused in one line."""
 
 from __future__ import annotations
 
@@ -122,3 +122,90 @@ def test_open_comparisons_say_which_seeds_they_await():
     assert seq.seeds_to_run(res) == {"a": 6}
     with pytest.raises(CreditBenchError, match="at least one comparison"):
         seq.analyse({}, SequentialSpec(3, 3, 9))
+
+
+def test_critical_is_the_t_quantile_of_the_looks_nominal_level():
+    """One look (cap = first): the boundary spends all of alpha / 2 per side, so c is the fixed design's
+    t_{0.975, 9} = 2.262. Pocock, looks every 6 seeds to 48: the first look (t = 6/48) spends
+    0.025 ln(1 + (e - 1) / 8) = 0.004864 per side, so c = t_{1 - 0.004864, 5} = 4.060; later looks are
+    wider than the fixed 2.262 too."""
+    assert seq.critical(SequentialSpec(10, 1, 10), 0.05, 0, 9) == pytest.approx(2.2622, abs=1e-4)
+    pocock = SequentialSpec(6, 6, 48, "pocock")
+    assert seq.critical(pocock, 0.05, 0, 5) == pytest.approx(4.0601, abs=1e-3)
+    assert all(seq.critical(pocock, 0.05, k, 47) > 2.2622 for k in range(8))
+    assert seq.critical(pocock, 0.05, 0, 0) == math.inf
+
+
+def test_a_decision_carries_its_repeated_interval_at_the_bonferroni_share():
+    """Two comparisons, one look at 10 seeds: each interval spends the Bonferroni share 0.05 / 2, so
+    c = t_{1 - 0.0125, 9} = 2.685 and the interval is mean -+ 2.685 SE. b (t = 2.5, SE = 0.2948) is
+    called better only once a passes its alpha on (Holm), but its interval, (2.5 -+ 2.685) x 0.2948 =
+    [-0.055, +1.528], reaches below 0: the simultaneous statement is wider than the recycled test."""
+    schedule = SequentialSpec(10, 1, 10)
+    a = np.linspace(0.9, 1.1, 10)
+    base = np.array([-1.2, -0.7, -0.3, 0.1, 0.4, 0.6, 0.9, 1.1, 1.4, 1.7])
+    b = base - base.mean() + 2.5 * base.std(ddof=1) / math.sqrt(10)
+    res = seq.analyse({"a": a, "b": b}, schedule, 0.05, None)
+    d = res.decisions[1]
+    assert str(d.verdict) == "better" and d.critical == pytest.approx(2.6850, abs=1e-4)
+    assert (d.lo, d.hi) == pytest.approx((-0.0545, 1.5284), abs=1e-4)
+    assert {"lo", "hi", "critical"} <= set(res.to_dict()["decisions"][1])
+    table = seq.markdown(res)
+    assert "repeated 95% CI (valid after the sequential stop)" in table and "| [-0.055, +1.528] |" in table
+
+
+def test_the_repeated_interval_is_taken_at_the_look_that_stopped_or_the_last_one():
+    """A large effect stops at look 1 (4 seeds): its interval is from those 4 seeds at c of look 1 (df 3),
+    whatever seeds came later; a null runs to the cap: its interval is at look 3 on all 12 seeds."""
+    rng = np.random.default_rng(2)
+    schedule = SequentialSpec(4, 4, 12)
+    big_data, none_data = 1.0 + rng.normal(0, 0.01, 12), rng.normal(0, 1, 12)
+    big, none = seq.analyse({"big": big_data, "none": none_data}, schedule, 0.05, None).decisions
+    c = seq.critical(schedule, 0.025, 0, 3)
+    se = big_data[:4].std(ddof=1) / 2
+    assert big.critical == pytest.approx(c) and (big.lo, big.hi) == pytest.approx(
+        (big_data[:4].mean() - c * se, big_data[:4].mean() + c * se)
+    )
+    assert none.look is None and none.critical == pytest.approx(seq.critical(schedule, 0.025, 2, 11))
+    assert none.lo < none.diff < none.hi
+
+
+def _runs(values: dict[str, list[float]]) -> list:
+    """Run-level results on one task: ``values[label][seed]`` its final pass@1."""
+    from bench.run.result import EvalPoint, RunResult
+
+    out = []
+    for label, vs in values.items():
+        for seed, v in enumerate(vs):
+            points = [EvalPoint(0, 0, 0, {"toy": {"pass_at_1": 0.2}}), EvalPoint(8, 800, 1, {"toy": {"pass_at_1": v}})]
+            out.append(RunResult(
+                run_name=f"{label}-s{seed}", mlflow_run_id="", method=label.split("-")[0], task="toy", model="m",
+                params=1, seed=seed, steps=8, samples=800, tokens=1, wall_s=1.0, tags={"label": label},
+                budget={"samples": 800, "tokens": 0}, base=points[0].eval["toy"], final=points[-1].eval["toy"],
+                delta_pass_at_1={}, history=points,
+            ))  # fmt: skip
+    return out
+
+
+def test_the_credit_table_and_the_probe_print_the_repeated_interval_of_a_sequential_family():
+    """A one-pair family decided in rounds: the credit table and the probe's end-to-end row carry the
+    decision's repeated interval, named as such; without a sequential schedule, the fixed-design one."""
+    from bench.report.comparisons import analyse as report_analysis
+    from bench.report.per_update import end_to_end
+    from bench.sweep.analysis import Analysis
+
+    twin = [0.50, 0.52, 0.47, 0.55, 0.49, 0.51]
+    runs = _runs({"s": [t + d for t, d in zip(twin, (0.10, 0.13, 0.08, 0.12, 0.06, 0.11))], "s-twin": twin})
+    probe = {"task": "toy", "model": "m", "plan": {"credit_controls": {"s": ["s-twin"]}}}
+    plain = Analysis(credit_controls={"s": ["s-twin"]})
+    fixed = report_analysis(runs, "s-twin", plain)
+    (row,) = end_to_end(probe, {"analysis": fixed})
+    assert "repeated" not in fixed["credit"] and row["interval"] == "95% CI"
+    rounds = report_analysis(runs, "s-twin", Analysis(credit_controls={"s": ["s-twin"]}, sequential=SequentialSpec()))
+    (d,) = rounds["sequential"]["analysis"]["decisions"]
+    label = "repeated 95% CI (valid after the sequential stop)"
+    assert f"diff to baseline [{label}]" in rounds["credit"]["markdown"]
+    assert f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]" in rounds["credit"]["markdown"]
+    (row,) = end_to_end(probe, {"analysis": rounds})
+    assert row["interval"] == label and (row["lo"], row["hi"]) == pytest.approx((100 * d["lo"], 100 * d["hi"]))
+    assert rounds["credit"]["assessment"] == fixed["credit"]["assessment"]  # report.json keeps the fixed design

@@ -11,7 +11,7 @@ from scipy import stats
 
 from bench.stats import format as fmt
 from bench.stats.intervals import t_interval
-from bench.stats.paired import stratified, summarize
+from bench.stats.paired import nested, summarize
 from bench.stats.power import mde
 from bench.stats.verdict import Outcome, Verdict
 
@@ -29,13 +29,21 @@ def test_a_plain_summary_is_mean_sd_over_root_n_on_n_minus_1_df():
     assert s.half() == want and t_interval(d)["hi"] == 3.0 + want
 
 
-def test_a_stratified_summary_weighs_every_stratum_alike():
-    """Strata [1, 3] and [10]: mean (2 + 10) / 2 = 6; only the first has a variance, 2 / 2 = 1, so
-    SE = sqrt(1) / 2 = 0.5 on 1 df."""
-    s = stratified({"a": [1.0, 3.0], "b": [10.0]})
-    assert (s.mean, s.se, s.df, s.n) == (6.0, 0.5, 1, 3)
-    assert s.half() == pytest.approx(stats.t.ppf(0.975, 1) * 0.5)
-    assert stratified({"a": [2.0], "b": [2.0]}).half() == math.inf
+def test_a_nested_summary_by_hand():
+    """Two sampled levels, three trajectories of two checkpoints each (batches within):
+    t1: [1, 3] and [4] -> checkpoint means 2, 4 -> 3;  t2: [0, 2] and [2, 4] -> 1, 3 -> 2;
+    t3: [5] and [1, 3, 5] -> 5, 3 -> 4. The trajectories are the units: values 3, 2, 4, mean 3, sd 1,
+    SE 1/sqrt(3) = 0.57735 on 2 df (the batches add no degrees of freedom), half-width
+    t(0.975, 2) SE = 4.302653 x 0.57735 = 2.484138, p = 2 P(T_2 > 5.196) = 0.03510. With one trajectory
+    its checkpoints are the units: t1 alone gives mean 3, sd sqrt(2), SE 1 on 1 df."""
+    units = {"t1": {0.0: [1.0, 3.0], 1.0: [4.0]}, "t2": {0.0: [0.0, 2.0], 1.0: [2.0, 4.0]},
+             "t3": {0.0: [5.0], 1.0: [1.0, 3.0, 5.0]}}  # fmt: skip
+    s = nested(units)
+    assert (s.mean, s.df, s.n) == (3.0, 2, 3) and s.se == pytest.approx(0.5773503)
+    assert s.half() == pytest.approx(2.484138, abs=1e-6) and s.p() == pytest.approx(0.03510, abs=1e-5)
+    one = nested({"t1": units["t1"]})
+    assert (one.mean, one.se, one.df) == (3.0, pytest.approx(1.0), 1)
+    assert nested({"t1": {0.0: [2.0]}}).half() == math.inf  # one unit at both levels: no interval
 
 
 def test_the_rule_of_thumb_mde_is_2_8_se():
@@ -56,3 +64,19 @@ def test_the_formatters():
     assert fmt.interval(0.1, -0.2, 0.3, "+.2f") == "+0.10 [-0.20, +0.30]"
     assert [fmt.p_value(p) for p in (None, 0.0004, 0.0123)] == ["–", "<0.001", "0.012"]
     assert fmt.seed_span([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+
+
+def test_the_words_come_from_their_rules():
+    """bench.stats.words: one word for all, else each word with where it holds; phases by their intervals."""
+    from bench.stats import words
+
+    better, eq = Verdict(Outcome.BETTER), Verdict(Outcome.EQUIVALENT, 0.1, relative=True)
+    assert words.across({"0.0001": better, "0.0002": better}) == "better at every rate"
+    assert words.across({"0.0001": eq, "0.0002": better}) == (
+        "equivalent (±10% of the control's) at 0.0001; better at 0.0002"
+    )
+    assert words.phases({"0": (0.1, 0.5), "0.5": (0.2, 0.3)}) == "above 0 at every phase"
+    assert words.phases({"0": (-1.0, 1.0), "1": (-1.0, 1.0)}) == "not resolved at any phase"
+    assert words.phases({"0": (-0.5, -0.1), "0.5": (-1.0, 1.0), "1": (0.2, 2.0)}) == (
+        "below 0 at 0; not resolved at 0.5; above 0 at 1"
+    )
