@@ -1,6 +1,7 @@
-"""``creditbench credit-probe``: the whole probe of a sweep -- its reference trajectories, then every
-checkpoint's paired updates (and segments) in ``jobs`` worker processes -- and its raw records, kept
-whole in results/probes/<sweep>/updates.json so the analysis (bench.report.per_update) can be redone."""
+"""``creditbench credit-probe``: the whole probe of a sweep, in rounds -- each round's reference
+trajectories, then every new checkpoint's paired updates (and segments) in ``jobs`` worker processes,
+then the analysis says which pairs need more trajectories -- and its raw records, kept whole in
+results/probes/<sweep>/updates.json so the analysis (bench.report.per_update) can be redone."""
 
 from __future__ import annotations
 

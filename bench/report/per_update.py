@@ -41,6 +41,7 @@ from bench.stats import words
 from bench.stats.paired import summarize
 from bench.stats.power import mde
 from bench.stats.ratio import fieller
+from bench.stats.verdict import Outcome
 from bench.sweep.schedule import SequentialSpec
 
 
@@ -95,7 +96,7 @@ def needs(probe: dict[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for d in family(probe).decisions:
         ref = plan["references"][pair_of[d.name]["method"]]
-        n = d.seeds if d.verdict.outcome.name != "OPEN" else schedule.next_look(d.seeds)
+        n = schedule.next_look(d.seeds) if d.verdict.outcome is Outcome.OPEN else d.seeds
         out[ref] = max(out.get(ref, 0), n)
     return out
 

@@ -29,12 +29,14 @@ def markdown(rep: dict[str, Any]) -> str:
     o = rep["options"]
     ckpts = ", ".join(f"{p:g}" for p in sorted({c["phase"] for c in rep["checkpoints"]}))
     trajectories = len({(c["reference"], c["seed"]) for c in rep["checkpoints"]})
+    references = len({c["reference"] for c in rep["checkpoints"]})
     m = len({r["comparison"] for r in rep["comparisons"]})
     lines = [
         f"Paired updates on {rep['task']} ({rep['model']}): {rep['batches']} batches, {o['batches']} at each of "
-        f"{len(rep['checkpoints'])} checkpoints (phases of the budget: {ckpts}) of {trajectories} reference "
-        f"trajectories (reference: {o['reference']}; in rounds of {o['first']}, then {o['step']} more for the "
-        f"undecided pairs, at most {o['cap']}), {rep['wall_s'] / 60:.1f} min of wall time on {rep['jobs']} "
+        f"{len(rep['checkpoints'])} checkpoints (phases of the budget: {ckpts}) of {trajectories} trajectories "
+        f"of {references} reference label(s) (reference: {o['reference']}; per pair in rounds of {o['first']}, "
+        f"then {o['step']} more for the undecided pairs, at most {o['cap']}), {rep['wall_s'] / 60:.1f} min of "
+        f"wall time on {rep['jobs']} "
         "process(es). dJ: one update's gain in J, points of strict pass@1, averaged over trajectories.",
         "",
         f"The trajectories are the sampled units. Verdicts: {o['spending']} alpha spending over the rounds at "
@@ -50,22 +52,23 @@ def markdown(rep: dict[str, Any]) -> str:
     ]
     for r in rep["comparisons"]:
         lr = r["setting"] if r["setting"] != "tuned" else f"tuned ({r['lr_method']:g} vs {r['lr_control']:g})"
-        phases = ", ".join(
-            f"{ph}: {fmt.interval(x['mean'], x['lo'], x['hi'], '+.2f')}" for ph, x in r["phases"].items()
-        )
+        phases = ", ".join(f"{ph}: {_ci(x)}" for ph, x in r["phases"].items())
         lines.append(
             f"| {r['method']} | {r['control']} | {lr} | {r['n']} | {r['gain_method']:.2f} | {r['gain_control']:.2f} | "
             f"{_ci(r)} | {_ratio(r)} | {r['verdict']} | {r['mde']:.2f} | {phases} ({r['phase_words']}) |"
         )
-    lines += ["", "The readings, by rule (bench.stats.words): each pair's verdicts across the common rates.", "",
-              "| method | control | per update |", "|---|---|---|"]  # fmt: skip
+    lines += _head(
+        "The readings, by rule (bench.stats.words): each pair's verdicts across the common rates.",
+        ["method", "control", "per update"],
+    )
     lines += [f"| {x['method']} | {x['control']} | {x['rates']} |" for x in rep["readings"]]
     lines += _beside(rep)
-    lines += ["", "Each arm's update: its mean gain dJ, the first-order gain grad J . d theta (points), the cosine "
-              "of d theta with grad J, and where its credit goes on failed completions (the blame token's share "
-              "of |credit|, against uniform's; the blame token's rank, 0 first, 0.5 chance).", "",
-              "| label | lr | dJ | grad J . d theta | cos | blame share (uniform) | blame rank | skipped |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += _head(
+        "Each arm's update: its mean gain dJ, the first-order gain grad J . d theta (points), the cosine "
+        "of d theta with grad J, and where its credit goes on failed completions (the blame token's share "
+        "of |credit|, against uniform's; the blame token's rank, 0 first, 0.5 chance).",
+        ["label", "lr", "dJ", "grad J . d theta", "cos", "blame share (uniform)", "blame rank", "skipped"],
+    )
     for a in rep["arms"]:
         share = "–" if a["blame_share"] is None else f"{a['blame_share']:.3f} ({a['blame_uniform_share']:.3f})"
         rank = "–" if a["blame_rank_frac"] is None else f"{a['blame_rank_frac']:.2f}"
@@ -74,17 +77,23 @@ def markdown(rep: dict[str, Any]) -> str:
             f"{rank} | {a['skipped']} |"
         )
     if rep["segments"]:
-        lines += ["", "Segments of K updates (common random numbers): the difference of J's gain since the "
-                  "checkpoint after k updates across trajectories (95%, unadjusted), and the share of samples the "
-                  "two arms still draw alike.", "",
-                  "| method | control | lr | k | difference [95% CI] | dJ control | samples shared |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += _head(
+            "Segments of K updates (common random numbers): the difference of J's gain since the "
+            "checkpoint after k updates across trajectories (95%, unadjusted), and the share of samples "
+            "the two arms still draw alike.",
+            ["method", "control", "lr", "k", "difference [95% CI]", "dJ control", "samples shared"],
+        )
         for s in rep["segments"]:
             lines.append(
                 f"| {s['method']} | {s['control']} | {s['lr']:g} | {s['k']} | {_ci(s)} | {s['gain_control']:.2f} | "
                 f"{100 * s['shared']:.0f}% |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _head(intro: str, columns: list[str]) -> list[str]:
+    """A table's lead-in paragraph and its header rows."""
+    return ["", intro, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def _beside(rep: dict[str, Any]) -> list[str]:

@@ -2,12 +2,13 @@
 Student-t interval and the two-sided p-value.
 
 Two estimators share it. :func:`summarize`: n differences, one unit each (a seed), mean d-bar,
-SE = s / sqrt(n), df = n - 1. :func:`nested`: two sampled levels (batches within checkpoints within trajectories): each trajectory's
-value is the mean of its checkpoints' means, and the plain summary of the T trajectory values is the
-estimate, SE and df = T - 1 (with one trajectory, of its C checkpoint means, df = C - 1). For a
-balanced design this is the exact inference of the random-effects model d = mu + a_t + b_tc + e_tcb:
-var(mean) = s_a^2 / T + s_b^2 / (T C) + s_e^2 / (T C n), estimated without bias by the trajectory
-values' variance / T (the batches and checkpoints give no degrees of freedom of their own).
+SE = s / sqrt(n), df = n - 1. :func:`nested`: two sampled levels (batches within checkpoints within
+trajectories): each trajectory's value is the mean of its checkpoints' means, and the plain summary
+of the T trajectory values is the estimate, SE and df = T - 1 (with one trajectory, of its C
+checkpoint means, df = C - 1). For a balanced design this is the exact inference of the
+random-effects model d = mu + a_t + b_tc + e_tcb: var(mean) = s_a^2 / T + s_b^2 / (T C) +
+s_e^2 / (T C n), estimated without bias by the trajectory values' variance / T (the batches and
+checkpoints give no degrees of freedom of their own).
 The interval is mean -+ t_{(1+level)/2, df} SE; a plain summary computes its half-width as
 t * s / sqrt(n), the order every committed report used, so its floats stay those bits
 (tests/stats/test_stats.py holds both against the formulas).
