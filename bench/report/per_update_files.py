@@ -43,7 +43,8 @@ def markdown(rep: dict[str, Any]) -> str:
         f"alpha {o['alpha']:g} with Holm's recycling across the {m} comparisons; equivalent: within "
         f"±{100 * o['margin']:g}% of the control's gain by two one-sided tests. Intervals: repeated 95% confidence "
         "intervals at the look where each comparison stopped (valid after the sequential stop, simultaneous over "
-        "the family); the ratio to the control's gain is Fieller's at the same critical value (– where that gain "
+        f"the family at alpha / {m}: a verdict made at Holm's recycled level can stand where it still reaches 0); the "
+        "ratio to the control's gain is Fieller's at the same critical value (– where that gain "
         "is not resolved above 0). By phase: each phase across trajectories, 95%, unadjusted.",
         "",
         "| method | control | setting | trajectories | dJ method | dJ control | difference [repeated 95% CI] "
