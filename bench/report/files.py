@@ -107,8 +107,9 @@ def markdown(report: dict[str, Any]) -> str:
             "## Credit per update",
             "",
             "From the same weights, AdamW state and rollout batch, one update per arm, scored on the exact "
-            "objective J (the probability of the reference completion): the credit's effect with the "
-            "trajectory's noise removed (`creditbench credit-probe`, docs/results.md).",
+            "objective J (the probability of the reference completion): the credit's effect without the noise "
+            "of training a whole run, from checkpoints of several training seeds, which are the sampled units "
+            "(`creditbench credit-probe`, docs/results.md).",
             "",
             per_update_files.markdown(report["per_update"]),
         ]
