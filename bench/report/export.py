@@ -33,7 +33,7 @@ from bench.run.result import RunResult
 from bench.stats import format as fmt
 
 COLUMNS = ("family", "label", "task", "model", "control", "metric", "mean", "mean_lo", "mean_hi")
-COLUMNS += ("diff", "diff_lo", "diff_hi", "p", "p_holm", "verdict")
+COLUMNS += ("diff", "diff_lo", "diff_hi", "interval", "p", "p_holm", "verdict")
 """The CSV's columns, one per value of a comparison row."""
 FORMATS = ("md", "csv", "tex")
 
@@ -55,10 +55,14 @@ def comparison_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     credit family (each credit method against its credit controls, report.json's ``analysis.credit``)
     where there is one, then the recipes' (each label against the baseline or its control,
     ``analysis.assessment``); p_Holm is adjusted within a family. The task and model come from the
-    comparison's ``"task (model)"``."""
+    comparison's ``"task (model)"``. A credit family decided in rounds gives each pair its decision's
+    difference, repeated confidence interval (valid after the sequential stop) and verdict
+    (``analysis.credit.repeated``), as the report's own table does; ``interval`` names the interval."""
     a = report.get("analysis") or {}
-    families = [("credit", (a.get("credit") or {}).get("assessment")), ("recipe", a.get("assessment"))]
+    credit = a.get("credit") or {}
+    families = [("credit", credit.get("assessment")), ("recipe", a.get("assessment"))]
     out = [row for family, fa in families if fa and fa.get("rows") for row in _family_rows(family, fa)]
+    _with_repeated(out, credit.get("repeated"))
     if not out:
         raise CreditBenchError(f"the report of sweep {report.get('sweep')!r} has no comparisons (one label only?)")
     return out
@@ -77,9 +81,21 @@ def _family_rows(family: str, a: dict[str, Any]) -> list[dict[str, Any]]:
                 {"family": family, "label": r["label"], "task": task, "model": model, "control": c["baseline"]}
                 | {"metric": r["metric"], "mean": m["value"], "mean_lo": m["lo"], "mean_hi": m["hi"]}
                 | {"diff": d["value"], "diff_lo": d["lo"], "diff_hi": d["hi"], "p": d["p"], "p_holm": r["p_holm"]}
-                | {"verdict": r["verdict"]}
+                | {"verdict": r["verdict"], "interval": "95% CI"}
             )
     return out
+
+
+def _with_repeated(rows: list[dict[str, Any]], repeated: dict[str, Any] | None) -> None:
+    """The credit rows' differences, intervals and verdicts replaced by their sequential decisions'."""
+    if not repeated:
+        return
+    by = {(r["method"], r["control"], r["task"]): r for r in repeated["rows"]}
+    for row in (x for x in rows if x["family"] == "credit"):
+        r = by.get((row["label"], row["control"], f"{row['task']} ({row['model']})"))
+        if r is not None and r["value"] is not None:
+            row |= {"diff": r["value"], "diff_lo": r["lo"], "diff_hi": r["hi"], "verdict": r["verdict"],
+                    "interval": repeated["label"]}  # fmt: skip
 
 
 def _ci(row: dict[str, Any], key: str, signed: bool = False) -> str:
@@ -90,15 +106,21 @@ HEADER = ("label", "task", "model", "control", "mean [95% CI]", "diff to control
 
 
 def _table(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """HEADER and each row's cells as text; a leading family column where the rows hold two families."""
+    """HEADER and each row's cells as text; a leading family column where the rows hold two families, and
+    the name of each difference's interval where they are not all 95% CIs (a family decided in rounds)."""
     names = [[str(r[k]) for k in ("label", "task", "model", "control")] for r in rows]
     cells = [
         [*n, _ci(r, "mean"), _ci(r, "diff", signed=True), fmt.p_value(r["p"]), fmt.p_value(r["p_holm"]), r["verdict"]]
         for n, r in zip(names, rows)
     ]
+    head = list(HEADER)
+    if {r["interval"] for r in rows} != {"95% CI"}:
+        head[5] = "diff to control [interval]"
+        head.insert(6, "interval")
+        cells = [[*c[:6], r["interval"], *c[6:]] for r, c in zip(rows, cells)]
     if len({r["family"] for r in rows}) > 1:
-        return ["family", *HEADER], [[r["family"], *c] for r, c in zip(rows, cells)]
-    return list(HEADER), cells
+        return ["family", *head], [[r["family"], *c] for r, c in zip(rows, cells)]
+    return head, cells
 
 
 def to_markdown(rows: Sequence[dict[str, Any]]) -> str:

@@ -21,6 +21,14 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 REPORT = json.loads((RESULTS / "embedded" / "report.json").read_text())
 CREDIT = REPORT["analysis"]["credit"]["assessment"]["rows"]
 ASSESSED = CREDIT + REPORT["analysis"]["assessment"]["rows"]  # the credit family first
+REPEATED = REPORT["analysis"]["credit"]["repeated"]  # the credit family was decided in rounds
+
+
+def _decided(got: dict) -> dict | None:
+    """The sequential decision of a credit row (by its label, control and "task (model)"), None for a recipe."""
+    key = (got["label"], got["control"], f"{got['task']} ({got['model']})")
+    by = {(r["method"], r["control"], r["task"]): r for r in REPEATED["rows"]}
+    return by.get(key) if got["family"] == "credit" else None
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -44,15 +52,20 @@ def test_the_csv_reads_back_to_the_reports_numbers():
     back = list(csv.DictReader(io.StringIO(to_csv(comparison_rows(REPORT)))))
     assert len(back) == len(ASSESSED) and tuple(back[0]) == COLUMNS
     for got, want in zip(back, ASSESSED):
-        assert f"{got['task']} ({got['model']})" == want["task"] and got["verdict"] == want["verdict"]
+        d = _decided(got)  # a credit pair shows its decision: difference, repeated interval, verdict
+        shown = {"value": d["value"], "lo": d["lo"], "hi": d["hi"]} if d else want["diff"]
+        assert f"{got['task']} ({got['model']})" == want["task"]
+        assert got["verdict"] == (d["verdict"] if d else want["verdict"])
+        assert got["interval"] == (REPEATED["label"] if d else "95% CI")
         assert float(got["mean"]) == want["mean"]["value"]
         assert (float(got["mean_lo"]), float(got["mean_hi"])) == (want["mean"]["lo"], want["mean"]["hi"])
         assert (float(got["diff"]), float(got["diff_lo"]), float(got["diff_hi"])) == (
-            want["diff"]["value"],
-            want["diff"]["lo"],
-            want["diff"]["hi"],
+            shown["value"],
+            shown["lo"],
+            shown["hi"],
         )
         assert (float(got["p"]), float(got["p_holm"])) == (want["diff"]["p"], want["p_holm"])
+    assert sum(_decided(g) is not None for g in back) == len(CREDIT)
 
 
 def test_the_latex_has_one_row_per_comparison_with_underscores_escaped():
@@ -78,6 +91,7 @@ def test_the_latex_has_one_row_per_comparison_with_underscores_escaped():
 
 def test_the_markdown_rounds_and_shows_missing_values_as_dashes():
     report = copy.deepcopy(REPORT)
+    del report["analysis"]["credit"]["repeated"]  # a family not decided in rounds: its fixed-design rows
     row = report["analysis"]["credit"]["assessment"]["rows"][0]  # as with fewer than 3 seeds: no interval, no test
     row["mean"] |= {"lo": None, "hi": None}
     row["diff"] |= {"lo": None, "hi": None, "p": None}
@@ -100,8 +114,9 @@ def test_a_credit_family_comes_first_with_a_family_column():
     assert [r["family"] for r in rows] == ["credit"] * 5 + ["recipe"] * 6
     md = to_markdown(rows).splitlines()
     assert md[0].startswith("| family | label |") and md[2].startswith("| credit | s_trace |")
+    assert "| diff to control [interval] | interval |" in md[0]  # the credit pairs' intervals are repeated ones
     tex = to_latex(rows).splitlines()
-    assert tex[0] == r"\begin{tabular}{lllllllrrl}" and sum(line.endswith(r"\\") for line in tex) == 1 + 11
+    assert tex[0] == r"\begin{tabular}{llllllllrrl}" and sum(line.endswith(r"\\") for line in tex) == 1 + 11
     one = copy.deepcopy(REPORT)
     del one["analysis"]["credit"]
     assert to_latex(comparison_rows(one)).startswith(r"\begin{tabular}{llllllrrl}")  # one family: no column
