@@ -71,9 +71,11 @@ class ProbeOptions:
         )
         check(self.first >= MIN_SEEDS, f"first must be >= {MIN_SEEDS} trajectories (no interval from fewer), "
               f"got {self.first}")  # fmt: skip
-        check(self.step >= 1 and self.cap >= self.first, "step must be >= 1 and cap >= first")
+        check(self.step >= 1, f"step must be >= 1 trajectory, got {self.step}")
+        check(self.cap >= self.first, f"cap must be >= first ({self.first}), got {self.cap}")
         check(self.spending in SPENDING, f"spending must be one of {', '.join(SPENDING)}, got {self.spending!r}")
-        check(0 < self.alpha < 1 and self.margin > 0, "alpha must be in (0, 1) and margin > 0")
+        check(0 < self.alpha < 1, f"alpha must be in (0, 1), got {self.alpha}")
+        check(self.margin > 0, f"margin must be > 0 (a fraction of the control's gain), got {self.margin}")
         check(
             len(set(self.reference_seeds)) >= self.cap,
             f"reference_seeds must list at least cap = {self.cap} distinct seeds, got {len(set(self.reference_seeds))}",

@@ -36,7 +36,7 @@ import numpy as np
 from bench.paired.stats import Unit, index, nested, per_trajectory, settings, stratum_mean
 from bench.report.comparisons import where
 from bench.report.inference import row_pairs
-from bench.report.sequential import Sequential, analyse, critical
+from bench.report.sequential import Sequential, analyse
 from bench.stats import words
 from bench.stats.paired import summarize
 from bench.stats.power import mde
@@ -105,8 +105,7 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
     """Every pair at every setting: its verdict in rounds, the trajectory-level difference per update with
     its repeated interval, Fieller's ratio to the control's gain, the per-phase detail and the MDE."""
     o = probe["plan"]["options"]
-    schedule, fam = _schedule(o), family(probe)
-    decisions = {d.name: d for d in fam.decisions}
+    decisions = {d.name: d for d in family(probe).decisions}
     m_family = len(decisions)
     out = []
     for cell in _cells(probe):
@@ -116,8 +115,7 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
         g = np.array([cell["series"]["control"][s] for s in seeds])
         gm = np.array([cell["series"]["method"][s] for s in seeds])
         s = summarize(x) if len(x) >= 2 else None
-        look = schedule.looks.index(len(x)) if len(x) in schedule.looks else None
-        q = critical(schedule, o["alpha"] / m_family, look, len(x) - 1) if look is not None and s else math.inf
+        q = d.critical if d.critical is not None else math.inf  # the decision's repeated interval (alpha / m)
         p = cell["pair"]
         row = {"setting": cell["setting"], **p, "comparison": cell["name"], "lr_method": cell["rates"][0],
                "lr_control": cell["rates"][1], "gain_method": float(gm.mean()), "gain_control": float(g.mean()),
@@ -125,7 +123,7 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
                "batches": sum(1 for u in cell["diffs"] if u.seed in seeds), "critical": q,
                "verdict": str(d.verdict), "look": d.look, "why": d.why}  # fmt: skip
         half = q * row["se"] if s else math.inf
-        row["lo"], row["hi"] = row["mean"] - half, row["mean"] + half
+        row["lo"], row["hi"] = (d.lo, d.hi) if d.lo is not None else (-math.inf, math.inf)
         row["p"] = s.p() if s else 1.0
         r = fieller(x, g, q) if s and math.isfinite(q) and g.mean() > 0 else None  # a gain resolved above 0
         row["relative"] = None if r is None else {"mean": r.estimate, "lo": r.lo, "hi": r.hi}

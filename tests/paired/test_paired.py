@@ -165,8 +165,10 @@ def test_the_command_writes_records_and_report(spec, tmp_path):
     assert len(probe["updates"]) == trajectories * 2 * 2 * 2  # trajectories x checkpoints x batches x arms
     rep = json.loads((out / "report.json").read_text())
     (c,) = rep["comparisons"]
-    assert (c["method"], c["control"], c["setting"], c["n"]) == ("s_trace", "s_trace-twin", "lr 0.0002", c["n"])
-    assert c["df"] == c["n"] - 1 and c["batches"] == 4 * c["n"] and c["lo"] <= c["mean"] <= c["hi"]
+    assert (c["method"], c["control"], c["setting"]) == ("s_trace", "s_trace-twin", "lr 0.0002")
+    assert c["n"] == len(c["trajectories"]["diff"]) in (3, 4) and c["df"] == c["n"] - 1
+    assert c["batches"] == 4 * c["n"] and c["lo"] <= c["mean"] <= c["hi"]  # 2 checkpoints x 2 batches each
+    assert c["mean"] == pytest.approx(sum(c["trajectories"]["diff"]) / c["n"])
     assert c["verdict"] in ("better", "worse", "inconclusive at the cap") or c["verdict"].startswith("equivalent")
     assert (out / "per_update.png").stat().st_size > 0 and "s_trace-twin" in (out / "report.md").read_text()
     assert main(["credit-probe", *argv, "--report"]) == 0  # the analysis redone from the records
@@ -178,6 +180,9 @@ def test_the_command_writes_records_and_report(spec, tmp_path):
     [
         (["--batches", "0"], "batches must be >= 1"),
         (["--first", "2"], "first must be >= 3 trajectories"),
+        (["--cap", "2"], "cap must be >= first (4), got 2"),
+        (["--margin", "0"], "margin must be > 0 (a fraction of the control's gain), got 0.0"),
+        (["--spending", "nope"], "spending must be one of obf, pocock, got 'nope'"),
         (["--cap", "20"], "reference_seeds must list at least cap = 20 distinct seeds, got 12"),
         (["--reference", "nope"], "reference 'nope' is not a label of sweep 'probe-tiny'; valid: control, s_trace"),
         (["--phases", "0,2"], "phases must be fractions of the budget"),
