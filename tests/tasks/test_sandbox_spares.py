@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from sandbox_support import LIMITS
@@ -48,5 +49,11 @@ def test_a_dead_spare_is_replaced(sandbox):
     assert sandbox.run(PROGRAM, TEST).passed
     for pid in ready(sandbox):
         os.killpg(pid, signal.SIGKILL)
+    with sandbox._spares.lock:
+        killed = [s.proc for s in sandbox._spares.ready]
+    deadline = time.monotonic() + 10
+    while any(proc.poll() is None for proc in killed) and time.monotonic() < deadline:
+        time.sleep(0.01)  # SIGKILL is delivered at once, but the exit is not: wait until both are dead
+    assert all(proc.poll() is not None for proc in killed)
     results = sandbox.run_many([(PROGRAM, TEST), ("def f(x):\n    return x", TEST)])
     assert [r.passed for r in results] == [True, False], results
