@@ -113,6 +113,33 @@ class Optimization:
     backward: Callable[[Tensor], None] = Tensor.backward
     skips: SkippedUpdates | None = None
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    first_gradient: FirstGradient | None = None
+
+
+class FirstGradient:
+    """An update's first minibatch gradient, computed once and handed to other updates that would
+    compute exactly the same one: from the same weights, on the same scored batch, with the same method
+    and options but the learning rate, under the same seed (the credit probe's arms of one label at
+    several rates; the rate acts only at the optimizer step). The first update to ask computes it and
+    keeps every parameter's gradient (before clipping), what the step logs and torch's RNG state after
+    it; a later one loads them instead of computing. That it is the same is the caller's promise;
+    ``tests/engine/test_first_gradient.py`` holds the updates to the bit against computing each."""
+
+    def __init__(self) -> None:
+        self.saved: tuple[_Gradient, list[Tensor | None], Tensor] | None = None
+
+    def take(self, policy, compute: Callable[[], _Gradient]) -> _Gradient:
+        params = list(policy.parameters())
+        if self.saved is None:
+            g = compute()
+            grads = [None if p.grad is None else p.grad.clone() for p in params]
+            self.saved = (g, grads, torch.get_rng_state())
+            return g
+        g, grads, rng = self.saved
+        for p, saved in zip(params, grads, strict=True):
+            p.grad = None if saved is None else saved.clone()
+        torch.set_rng_state(rng)
+        return g
 
 
 def update(
@@ -143,7 +170,11 @@ def update(
             c = credit if rows is None else credit[rows]
             method.on_minibatch(mb)
             first = epoch == 0 and index == 0  # before any update: ratio 1, so this is the credit as designed
-            grads = _gradient(policy, method, _Minibatch(mb, c, trained=s, first=first), rl=rl, opt=opt)
+            m = _Minibatch(mb, c, trained=s, first=first)
+            if first and opt.first_gradient is not None and not scored.fused:
+                grads = opt.first_gradient.take(policy, lambda m=m: _gradient(policy, method, m, rl=rl, opt=opt))
+            else:
+                grads = _gradient(policy, method, m, rl=rl, opt=opt)
             finite, grad_norm = _optimizer_step(opt, skips, grads.total, rl, step)
             log.add(grads, finite, grad_norm)
     return log.stats(batch, credit, skips, opt.scheduler)

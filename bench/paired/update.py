@@ -18,9 +18,10 @@ import torch
 from bench.config import RunConfig
 from bench.core import Method, RolloutBatch
 from bench.engine.exact import exact_objective, objective_gradient, references
-from bench.engine.scoring import REFERENCE_NEEDS, score_batch
+from bench.engine.microbatch import SCORED
+from bench.engine.scoring import REFERENCE_NEEDS, Scored, score_batch
 from bench.engine.seeding import seeded
-from bench.engine.step import Optimization, make_optimizer, update
+from bench.engine.step import FirstGradient, Optimization, make_optimizer, update
 from bench.errors import CreditBenchError
 from bench.paired.batches import RowStream, SeededSampler, batch_digest, stream_seed
 from bench.paired.plan import Arm, Pair
@@ -112,11 +113,44 @@ class Workspace:
         return {"first_order": 100 * dot, "cos": dot / (step * gnorm) if step and gnorm else 0.0, "step_norm": step}
 
 
-def rl_step(ws: Workspace, arm: Arm, batch: RolloutBatch, opt: Optimization, seed: int) -> dict[str, float]:
-    """Score ``batch`` for ``arm``'s method and apply its update to the scratch policy, seeded."""
+class SharedScores:
+    """The scoring passes of one checkpoint's batch, shared by its arms: the scratch policy is at the
+    checkpoint's weights whenever an arm scores, so two arms whose batches hold the same samples
+    (:func:`batch_digest`), whose methods ask for the same passes and whose options score alike get the
+    same scores. The first computes them; the others get copies of the fields scoring wrote."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple, tuple[Scored, dict[str, Any], dict[str, Any]]] = {}
+
+    def score(self, ws: Workspace, arm: Arm, batch: RolloutBatch) -> Scored:
+        method, rl = ws.methods[arm.key], arm.cfg.rl
+        options = (rl.sampling.temperature, rl.micro_batch_tokens, rl.lm_head_chunk_elements, rl.ppo_epochs,
+                   rl.minibatches)  # fmt: skip
+        key = (batch_digest(batch), bytes(batch.prompt_mask.numpy()), frozenset(method.required), options)
+        if key not in self.kept:
+            extra = set(batch.extra)
+            scored = score_batch(ws.scratch, ws.ref_policy, method, batch, rl=rl)
+            fields = {name: getattr(batch, name) for name in SCORED}
+            self.kept[key] = (scored, fields, {k: v for k, v in batch.extra.items() if k not in extra})
+            return scored
+        scored, fields, extra = self.kept[key]
+        for name, value in fields.items():
+            setattr(batch, name, None if value is None else value.clone())
+        batch.extra.update({k: v.clone() for k, v in extra.items()})
+        return scored
+
+
+def rl_step(
+    ws: Workspace, arm: Arm, batch: RolloutBatch, opt: Optimization, seed: int, scores: SharedScores | None = None
+) -> dict[str, float]:
+    """Score ``batch`` for ``arm``'s method (or take the scores another arm computed on it, from ``scores``)
+    and apply its update to the scratch policy, seeded."""
     method, rl = ws.methods[arm.key], arm.cfg.rl
     with seeded(seed):  # the minibatch order, a method's own draws
-        scored = score_batch(ws.scratch, ws.ref_policy, method, batch, rl=rl)
+        if scores is None:
+            scored = score_batch(ws.scratch, ws.ref_policy, method, batch, rl=rl)
+        else:
+            scored = scores.score(ws, arm, batch)
         return update(ws.scratch, method, batch, rl, opt=opt, scored=scored)
 
 
@@ -134,20 +168,28 @@ def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> tuple[Ro
 
 
 def paired_batch(
-    ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair], blame: bool = True
+    ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair], blame: bool = True, share: bool = True
 ) -> list[dict[str, Any]]:
     """Batch ``index`` of the checkpoint: one update per arm from the checkpoint on the shared batch; one
-    record per arm (with each label's blame alignment where ``blame``)."""
+    record per arm (with each label's blame alignment where ``blame``). With ``share`` the arms share
+    what they compute alike: the scoring passes (:class:`SharedScores`) and, among one label's rates, the
+    first minibatch's gradient (:class:`bench.engine.step.FirstGradient`); the records are the same to
+    the bit either way (tests/paired/test_shared_work.py)."""
     seed = ws.seed("batch", index)
     sampler = ws.sampler(ws.policy, arms[0].cfg, seed, shared=True)
     before = [p.detach().clone() for p in ws.policy.parameters() if p.requires_grad]
     out, aligned = [], {}
+    scores = SharedScores() if share else None
+    first: dict[str, FirstGradient] = {}
     for arm in arms:
         raw, batch = draw(ws, arm, sampler, seed)
         if blame and arm.label not in aligned:  # the credit at the checkpoint (ratio 1) is the same at any rate
             aligned[arm.label] = blame_alignment(ws, arm, raw, sampler)
         ws.reset()
-        stats = rl_step(ws, arm, batch, ws.optimization(arm), stream_seed(seed, "update"))
+        opt = ws.optimization(arm)
+        if share:  # a label's arms differ only in the rate, which acts after the first gradient
+            opt.first_gradient = first.setdefault(f"{arm.label}/{batch_digest(batch)}", FirstGradient())
+        stats = rl_step(ws, arm, batch, opt, stream_seed(seed, "update"), scores)
         j1, _ = exact_objective(ws.scratch, ws.j_completions, ws.temperature)
         out.append(
             {

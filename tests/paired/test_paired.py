@@ -4,6 +4,7 @@ command writes its records and report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -90,6 +91,30 @@ def test_a_method_and_its_twin_share_the_batch_but_not_the_update(plan, checkpoi
     assert len({r["fingerprint"] for r in records}) == 1
     assert len({r["dj"] for r in records}) == len(records)  # three credits, three different updates
     assert all(r["j_before"] == ws.j0 for r in records)
+
+
+@pytest.mark.parametrize("phase", [0, 1])
+def test_arms_that_share_their_work_give_the_records_they_give_alone(plan, checkpoints, phase, monkeypatch):
+    """The arms share their scoring passes and, among one label's rates, the first minibatch's gradient:
+    the records (J after, the alignment, the blame shares, the losses) are those of every arm computing
+    its own, to the bit -- from the base (a fresh AdamW) and from a checkpoint with AdamW state -- and
+    one label's second rate does compute fewer minibatch gradients."""
+    from bench.engine import step
+    from bench.paired.plan import Arm
+    from bench.paired.update import paired_batch
+
+    labels = ["s_trace", "s_trace-twin", "s_trace-placebo"]
+    rate = lambda cfg, lr: dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, lr=lr))  # noqa: E731
+    arms = [Arm(a.label, lr, rate(a.cfg, lr)) for a in plan.arms(labels) for lr in (1e-4, 2e-4)]
+    ws = _workspace(plan, checkpoints[phase], arms)
+    gradient, calls = step._gradient, []
+    monkeypatch.setattr(step, "_gradient", lambda *a, **k: calls.append(1) or gradient(*a, **k))
+    alone = paired_batch(ws, arms, 0, plan.pairs, share=False)
+    n = len(calls)
+    shared = paired_batch(ws, arms, 0, plan.pairs, share=True)
+    assert json.dumps(shared) == json.dumps(alone)
+    assert len(calls) - n == n - len(labels)  # one first gradient a label is loaded, not computed
+    assert len({r["dj"] for r in alone}) == len(arms) and alone[0]["blame_share"] is not None
 
 
 def test_a_broken_pairing_is_refused(plan, checkpoints, monkeypatch):
