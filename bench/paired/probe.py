@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -55,34 +55,43 @@ def _work(task: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for i in task["indices"] for r in paired_batch(ws, arms, i, task["pairs"], i < task["blame_batches"])]
 
 
-def _map(fn: Callable, items: list, jobs: int, log: Callable[[str], None] | None = None) -> list:
-    """``fn`` over ``items`` in ``jobs`` spawned processes (in this one for 1), in order; ``log`` hears of
-    each item done."""
-    out = []
+class _Inline:
+    """An executor that runs each call at once, in this process (``jobs`` 1)."""
 
-    def done(result) -> None:
-        out.append(result)
-        if log is not None:
-            log(f"  {len(out)}/{len(items)} done")
+    def submit(self, fn: Callable, *args) -> Future:
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
 
-    if jobs <= 1 or len(items) <= 1:
-        for x in items:
-            done(fn(x))
-        return out
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _pool(jobs: int):
+    """``jobs`` spawned worker processes kept for the whole probe (each imports once and keeps the
+    workspace of the checkpoint it last worked on), or :class:`_Inline` for 1."""
+    if jobs <= 1:
+        return _Inline()
     import multiprocessing
 
-    with ProcessPoolExecutor(min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for result in pool.map(fn, items):
-            done(result)
-    return out
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _parts(batches: int, checkpoints: int, jobs: int) -> int:
+    """Into how many tasks each checkpoint's batches go: one (its workspace built once) where the round
+    has at least two checkpoints a worker, else enough to keep ``jobs`` workers busy."""
+    return min(batches, max(1, -(-2 * jobs // max(checkpoints, 1))))
 
 
 def _chunks(n: int, parts: int) -> list[list[int]]:
     return [c for c in (list(range(n))[i::parts] for i in range(parts)) if c]
 
 
-def tasks(plan: ProbePlan, checkpoints: dict[str, list], jobs: int) -> list[dict[str, Any]]:
-    """The work on the checkpoints: each one's batches and segments (fixed in advance), in ``jobs`` chunks."""
+def tasks(plan: ProbePlan, checkpoints: dict[str, list], parts: int) -> list[dict[str, Any]]:
+    """The work on the checkpoints: each one's batches and segments (fixed in advance), in ``parts`` tasks."""
     o, out = plan.options, []
     problems = o.eval_problems or next(iter(plan.labels.values())).eval.num_problems
     for ref, labels in plan.groups():
@@ -91,30 +100,34 @@ def tasks(plan: ProbePlan, checkpoints: dict[str, list], jobs: int) -> list[dict
         for ckpt in checkpoints.get(ref, []):
             common = {"cfg": plan.labels[ref], "checkpoint": ckpt, "arms": arms, "problems": problems,
                       "seed": o.seed, "pairs": pairs, "blame_batches": o.blame_batches}  # fmt: skip
-            out += [{**common, "kind": "batch", "indices": c} for c in _chunks(o.batches, jobs)]
+            out += [{**common, "kind": "batch", "indices": c} for c in _chunks(o.batches, parts)]
             out += [
                 {**common, "kind": "segment", "indices": c, "steps": o.segment_steps}
-                for c in _chunks(o.segment_batches, jobs)
+                for c in _chunks(o.segment_batches, parts)
             ]
     return out
 
 
-def _round(plan: ProbePlan, seeds: dict[str, list[int]], jobs: int, log: Callable[[str], None]) -> tuple:
-    """One round: the reference trajectories of ``seeds`` (reference label -> its new seeds), then every
-    checkpoint's work; (checkpoints, update records, segment records)."""
+def _round(plan: ProbePlan, seeds: dict[str, list[int]], pool, jobs: int, log: Callable[[str], None]) -> tuple:
+    """One round: the reference trajectories of ``seeds`` (reference label -> its new seeds) in ``pool``,
+    each trajectory's checkpoints' work submitted as soon as it is trained; (checkpoints, update records,
+    segment records)."""
     o = plan.options
     runs = [(ref, plan.labels[ref], s, o.phases, plan.budget) for ref, ss in seeds.items() for s in ss]
-    log(f"credit probe of {plan.sweep}: {len(runs)} reference trajectories")
-    checkpoints: dict[str, list] = {}
-    for (ref, *_), ckpts in zip(runs, _map(_trajectory, runs, jobs)):
-        checkpoints.setdefault(ref, []).extend(ckpts)
-    work = tasks(plan, checkpoints, jobs)
-    log(f"credit probe of {plan.sweep}: {sum(len(t['indices']) for t in work)} batches and segments "
-        f"on {sum(map(len, checkpoints.values()))} checkpoints, {jobs} at a time")  # fmt: skip
-    results = _map(_work, work, jobs, log)
-    updates = [r for t, rs in zip(work, results) if t["kind"] == "batch" for r in rs]
-    segments = [r for t, rs in zip(work, results) if t["kind"] == "segment" for r in rs]
-    return [c for cs in checkpoints.values() for c in cs], updates, segments
+    parts = _parts(o.batches, len(runs) * len(o.phases), jobs)
+    log(f"credit probe of {plan.sweep}: {len(runs)} reference trajectories, then their checkpoints' batches "
+        f"and segments, {jobs} at a time")  # fmt: skip
+    trained = {pool.submit(_trajectory, run): run[0] for run in runs}
+    checkpoints, work = [], []
+    for future in as_completed(trained):
+        ckpts = future.result()
+        checkpoints += ckpts
+        work += [(t, pool.submit(_work, t)) for t in tasks(plan, {trained[future]: ckpts}, parts)]
+    updates, segments = [], []
+    for n, (t, future) in enumerate(work, 1):
+        (updates if t["kind"] == "batch" else segments).extend(future.result())
+        log(f"  {n}/{len(work)} done")
+    return checkpoints, updates, segments
 
 
 Rounds = Callable[[dict[str, Any]], dict[str, int]]
@@ -133,16 +146,17 @@ def run_probe(
     have = dict.fromkeys((ref for ref, _ in plan.groups()), 0)
     want = dict.fromkeys(have, o.first)
     checkpoints, updates, segments, sizes = [], [], [], []
-    while any(want[r] > have[r] for r in have):
-        new = {r: seeds[have[r] : want[r]] for r in have if want[r] > have[r]}
-        c, u, s = _round(plan, new, jobs, log)
-        checkpoints, updates, segments = checkpoints + c, updates + u, segments + s
-        have = {r: max(have[r], want[r]) for r in have}
-        sizes.append(dict(have))
-        if rounds is None:
-            break
-        needs = rounds(_output(plan, checkpoints, updates, segments))
-        want = {r: min(o.cap, max(have[r], needs.get(r, 0))) for r in have}
+    with _pool(jobs) as pool:
+        while any(want[r] > have[r] for r in have):
+            new = {r: seeds[have[r] : want[r]] for r in have if want[r] > have[r]}
+            c, u, s = _round(plan, new, pool, jobs, log)
+            checkpoints, updates, segments = checkpoints + c, updates + u, segments + s
+            have = {r: max(have[r], want[r]) for r in have}
+            sizes.append(dict(have))
+            if rounds is None:
+                break
+            needs = rounds(_output(plan, checkpoints, updates, segments))
+            want = {r: min(o.cap, max(have[r], needs.get(r, 0))) for r in have}
     return {**_output(plan, checkpoints, updates, segments), "rounds": sizes,
             "wall_s": round(time.perf_counter() - t0, 1), "jobs": jobs}  # fmt: skip
 

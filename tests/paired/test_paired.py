@@ -279,3 +279,16 @@ def test_a_task_without_references_is_refused(tmp_path, capsys):
     assert main(["credit-probe", str(spec), "--dry_run", "--results_dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "has no reference completion per problem (Task.reference)" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_records_of_one_process(plan):
+    """Two spawned workers, trajectories and checkpoints' work interleaved as each trajectory is trained,
+    give the records that one process gives: a probe's numbers do not depend on ``--jobs``."""
+    from bench.paired.probe import run_probe
+
+    small = dataclasses.replace(plan, pairs=plan.pairs[:1],
+                                options=dataclasses.replace(plan.options, batches=3, phases=(0.5, 1.0)))  # fmt: skip
+    one, two = (run_probe(small, jobs=jobs, log=lambda _: None) for jobs in (1, 2))
+    assert one["updates"] and json.dumps(one["updates"]) == json.dumps(two["updates"])
+    assert one["checkpoints"] == two["checkpoints"] and (one["jobs"], two["jobs"]) == (1, 2)
