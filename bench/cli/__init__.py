@@ -5,6 +5,8 @@ valid ones (exit status 2)."""
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import sys
 from types import ModuleType
@@ -52,9 +54,14 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names (None: this process's own arguments, and the process ends with it)."""
     from bench.errors import CreditBenchError, did_you_mean
 
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:
+        argv = sys.argv[1:]
+        # The interpreter's last collections at exit would walk every object torch, MLflow and the
+        # report's libraries made (a second or more) to free memory the process gives back anyway.
+        atexit.register(gc.freeze)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0

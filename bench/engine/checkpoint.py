@@ -1,6 +1,7 @@
 """Resuming a run after a crash.
 
-A run with ``checkpoint.every > 0`` owns a directory ``<checkpoint.dir>/<run name>-<config hash>/``:
+A run with ``checkpoint.every > 0`` owns a directory ``<checkpoint.dir>/<run name>-<config hash>/``
+(bench.engine.checkpoint_dir):
 
     run.json     the MLflow run id, written when the run starts
     last.ckpt    the last Lightning checkpoint, replaced atomically (write, fsync, rename)
@@ -21,8 +22,6 @@ is then in the run exactly once, with the timestamp of when it was first measure
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import random
 import uuid
@@ -35,24 +34,6 @@ from lightning.pytorch.callbacks import Callback
 
 from bench.atomic import atomic_path, temporary, write_atomic
 from bench.errors import CreditBenchError
-
-
-def config_hash(cfg) -> str:
-    """What makes two runs the same run: every field of the config but where things are written
-    and how fast (tracking, checkpoint, threads, the micro-batch token budget). The tracking URI
-    and experiment stay in: a run resumes into a run of the same store."""
-    d = dataclasses.asdict(cfg)
-    d["tracking"] = {k: v for k, v in d["tracking"].items() if k in ("uri", "experiment", "run_name", "sweep")}
-    d.pop("checkpoint", None)
-    d.pop("threads", None)
-    d["rl"].pop("micro_batch_tokens", None)  # the same update to float precision, in less memory
-    d["rl"].pop("lm_head_chunk_elements", None)  # nor the LM head's chunks (the same to float precision)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def run_dir(cfg, run_name: str) -> Path:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_name)
-    return Path(cfg.checkpoint.dir).expanduser() / f"{safe}-{config_hash(cfg)}"
 
 
 def ensure_writable(path: Path) -> None:

@@ -156,23 +156,19 @@ def phase_flops(tokens: dict[str, float], f: dict[str, float]) -> float:
     return positions * f["linear"] + tokens.get("context", 0) * f["attention"] + tokens.get("logits", 0) * f["logits"]
 
 
-def same_numbers(a: dict[str, Any], b: dict[str, Any], path: str = "") -> tuple[int, list[str]]:
-    """How many values ``a`` and ``b`` both have, and the paths where they differ."""
+def same_numbers(a: Any, b: Any, path: str = "", skip: tuple[str, ...] = UNCOMPARED) -> tuple[int, list[str]]:
+    """How many values ``a`` and ``b`` both have (keys in ``skip`` aside), and the paths where they differ."""
     if isinstance(a, dict) and isinstance(b, dict):
-        n, bad = 0, []
-        for k in a.keys() & b.keys():
-            if k in UNCOMPARED:
-                continue
-            m, d = same_numbers(a[k], b[k], f"{path}/{k}")
-            n, bad = n + m, bad + d
-        return n, bad
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        n, bad = 0, []
-        for i, (u, v) in enumerate(zip(a, b)):
-            m, d = same_numbers(u, v, f"{path}[{i}]")
-            n, bad = n + m, bad + d
-        return n, bad
-    return 1, ([] if a == b else [path])
+        pairs = [(a[k], b[k], f"{path}/{k}") for k in a.keys() & b.keys() if k not in skip]
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        pairs = [(u, v, f"{path}[{i}]") for i, (u, v) in enumerate(zip(a, b))]
+    else:
+        return 1, ([] if a == b else [path])
+    n, bad = 0, []
+    for u, v, p in pairs:
+        m, d = same_numbers(u, v, p, skip)
+        n, bad = n + m, bad + d
+    return n, bad
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -82,7 +82,8 @@ def _setup(cfg: RunConfig, r: Resolved, progress: bool, clock) -> _Session:
     t_start = time.perf_counter()
     ckpt_dir = None
     if cfg.checkpoint.every:  # before anything is written: a checkpoint directory that cannot take files stops here
-        from bench.engine.checkpoint import ensure_writable, run_dir
+        from bench.engine.checkpoint import ensure_writable
+        from bench.engine.checkpoint_dir import run_dir
 
         ckpt_dir = run_dir(cfg, r.run_name)
         ensure_writable(ckpt_dir)
@@ -271,7 +272,7 @@ def _record(
 def _save_policy(s: _Session) -> Path | None:
     """The trained policy saved beside the run's checkpoints and logged to its MLflow run (the first
     process; every process gives its FSDP shards); its folder, None on the other processes."""
-    from bench.engine.checkpoint import run_dir
+    from bench.engine.checkpoint_dir import run_dir
     from bench.models.policy import full_state, save_policy
 
     state = full_state(s.module.policy)  # FSDP: every process gives its shards, the first gets the whole

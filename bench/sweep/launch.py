@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig, default_uri
+from bench.engine.checkpoint_dir import run_dir
 from bench.errors import CreditBenchError
 from bench.run.result import RunResult, result_path
 from bench.sweep.ray_engine import MAX_ATTEMPTS, RunLost
@@ -63,16 +64,23 @@ def run_sweep(
     lock = _lock(out, sweep.name)
     recorded = claim_store(out, uri, sweep.name)  # before anything in results/<sweep>/ or either store is touched
     t0 = time.perf_counter()
-    client = tracking.client(uri)
-    parent = _parent_run(client, sweep, recorded)
-    record_store(out, uri, client.get_run(parent).info.experiment_id, parent)
-    (out / "sweep.yaml").write_text(sweep.path.read_text())
-    attempt = _Attempt(sweep, plan, client, out, parent, uri, results_dir, log)
+    (out / "logs").mkdir(exist_ok=True)
+    engine = plan.engine(out / "logs")
+    # the workers start now and import while the store is set up below (runs with a result may be finished)
+    engine.warm([r.cfg for r in sweep.runs if not result_path(results_dir, sweep.name, r.key).is_file()])
     try:
-        failed = attempt.execute()
-    except KeyboardInterrupt:
-        attempt.interrupted(lock)
-        raise SweepInterrupted from None
+        client = tracking.client(uri)
+        parent = _parent_run(client, sweep, recorded)
+        record_store(out, uri, client.get_run(parent).info.experiment_id, parent)
+        (out / "sweep.yaml").write_text(sweep.path.read_text())
+        attempt = _Attempt(sweep, plan, client, out, parent, uri, results_dir, log, engine=engine)
+        try:
+            failed = attempt.execute()
+        except KeyboardInterrupt:
+            attempt.interrupted(lock)
+            raise SweepInterrupted from None
+    finally:
+        engine.close()  # closed already when the runs ran; not when the set-up failed
     wall = time.perf_counter() - t0
     try:
         written = report(sweep, results_dir)
@@ -110,8 +118,9 @@ class _Attempt:
     uri: str
     results_dir: str
     log: Callable[[str], None]
+    engine: Any
+    """The engine the runs go to (EnginePlan.engine), its workers possibly started ahead."""
     stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
-    engine: Any = None
 
     def launched(self, r: SweepRun) -> RunConfig:
         return _launched(r, self.sweep, self.plan.threads, self.uri, self.results_dir, self.parent)
@@ -165,8 +174,6 @@ class _Attempt:
         )
         for r in todo:
             self.forget(r)
-        (self.out / "logs").mkdir(exist_ok=True)
-        self.engine = self.plan.engine(self.out / "logs")
         failed: list[str] = []
         pool = ThreadPoolExecutor(max_workers=self.plan.jobs)
         try:
@@ -191,10 +198,9 @@ class _Attempt:
         return failed
 
     def interrupted(self, lock) -> None:
-        """After Ctrl-C: the engine is stopped (or never started); mark what ran KILLED, say so in one line."""
+        """After Ctrl-C: the engine is stopped; mark what ran KILLED, say so in one line."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if self.engine is not None:
-            self.engine.stop()
+        self.engine.stop()
         finished = sum(self.finished(r) for r in self.sweep.runs)
         killed = _kill_unfinished(self.client, self.sweep, self.parent)
         lock.close()
@@ -236,12 +242,20 @@ class LocalEngine:
     def __init__(self, jobs: int, threads: int, logs: Path, isolate: bool) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         self.isolate = isolate
-        self.isolated, self.workers = Isolated(env), WorkerPool(jobs, env, logs)  # workers start when first needed
+        self.isolated, self.workers = Isolated(env), WorkerPool(jobs, env, logs)  # workers start at warm() or first use
+
+    def alone(self, cfg: RunConfig) -> bool:
+        """Whether the run gets a process of its own (a multi-process run's launcher starts its other
+        processes by re-running this process's command)."""
+        return self.isolate or cfg.trainer.world_size > 1
+
+    def warm(self, cfgs: list[RunConfig]) -> None:
+        """Start the workers now where any of these runs will go to one."""
+        if not all(map(self.alone, cfgs)):
+            self.workers.start()
 
     def run(self, cfg: RunConfig, config: Path, log: Path) -> int:
-        # a multi-process run's launcher starts its other processes by re-running this process's command
-        alone = self.isolate or cfg.trainer.world_size > 1
-        return (self.isolated if alone else self.workers).run(config, log)
+        return (self.isolated if self.alone(cfg) else self.workers).run(config, log)
 
     def stop(self) -> None:
         self.isolated.stop()
@@ -350,8 +364,6 @@ def _parent_run(client, sweep: Sweep, run_id: str | None = None) -> str:
 
 def _resumable(cfg: RunConfig) -> str | None:
     """The MLflow run an interrupted attempt of this run can resume into (it left a checkpoint)."""
-    from bench.engine.checkpoint import run_dir
-
     d = run_dir(cfg, cfg.tracking.run_name)
     if not cfg.checkpoint.every or not cfg.checkpoint.resume or not (d / "run.json").is_file():
         return None

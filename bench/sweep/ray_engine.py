@@ -146,6 +146,9 @@ class RayEngine:
         self.startup_s.append(startup)
         return _Slot(actor, need, node)
 
+    def warm(self, cfgs: list) -> None:
+        """Nothing to start ahead: a slot's actor starts with its first run's resources."""
+
     def run(self, cfg, config: Path, log: Path) -> int:
         """Run ``config`` in a free slot's actor (one started for ``cfg``'s resources when the slot's
         actor holds others); its exit status."""

@@ -162,6 +162,7 @@ def main() -> int:
     os.dup2(2, 1)  # between runs, stray output goes where the worker's stderr goes, never into the answers
     faulthandler.enable()  # a segfault leaves a traceback in the log of the run it happened in (fd 2)
     preload()
+    gc.freeze()  # the collections between runs (ProcessState.restore) and in them skip what was imported
     answers.write(json.dumps({"ready": round(time.perf_counter() - t0, 3)}) + "\n")
     for line in sys.stdin:
         if not line.strip():
@@ -169,20 +170,28 @@ def main() -> int:
         req = json.loads(line)
         status = run_one(req["config"], req["log"])
         answers.write(json.dumps({"config": req["config"], "status": status}) + "\n")
+    # The end, which the sweep waits for: the interpreter's last collections would walk every object
+    # torch, Lightning and MLflow made (a second or more) to free memory the process gives back anyway.
+    gc.freeze()
     return 0
 
 
 # ------------------------------------------------------------------ in the sweep process
 class Worker:
-    """One worker process and its pipes; started on first use and again after it died."""
+    """One worker process and its pipes; started ahead (:meth:`start`) or on first use, and again
+    after it died."""
 
     def __init__(self, env: dict[str, str], stderr: Path) -> None:
         self.env, self.stderr = env, stderr
         self.proc: subprocess.Popen | None = None
+        self.ready = False
+        """Whether the running process's ready line has been read (it imports until it writes it)."""
         self.startup_s: list[float] = []
         """Seconds each start of this worker took to import everything (from its ready line)."""
 
     def start(self) -> None:
+        """Start the process, not waiting for its imports: the first run reads its ready line."""
+        self.ready = False
         self.stderr.parent.mkdir(parents=True, exist_ok=True)
         with open(self.stderr, "a") as err:
             self.proc = subprocess.Popen(
@@ -206,9 +215,11 @@ class Worker:
         died running it, as ``subprocess`` reports a killed child)."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
+        if not self.ready:
             ready = self._answer()
             if ready is None:
                 return self._died(log, "while starting")
+            self.ready = True
             self.startup_s.append(ready["ready"])
         try:
             self.proc.stdin.write(json.dumps({"config": str(config), "log": str(log)}) + "\n")
@@ -234,10 +245,14 @@ class Worker:
                 os.killpg(proc.pid, signal.SIGKILL)  # and whatever its run started
 
     def close(self) -> None:
-        """Let the worker finish at the end of its input (it is killed if it does not, within a minute)."""
+        """Let the worker finish at the end of its input (it is killed if it does not, within a minute);
+        one started ahead that was never given a run is killed at once, mid-import."""
         proc, self.proc = self.proc, None  # a run's thread may notice its death at the same time (_died)
         if proc is None:
             return
+        if not self.ready:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             proc.stdin.close()
         try:
@@ -286,7 +301,7 @@ class Isolated:
 
 class WorkerPool:
     """``jobs`` workers for a sweep's runs: ``run(config, log)`` takes an idle worker (waiting for
-    one), runs the config in it and gives it back. Workers start when first needed."""
+    one), runs the config in it and gives it back. Workers start at :meth:`start`, or when first needed."""
 
     def __init__(self, jobs: int, env: dict[str, str], logs: Path) -> None:
         self.workers = [Worker(env, logs / f".worker-{i}.log") for i in range(jobs)]
@@ -303,6 +318,12 @@ class WorkerPool:
             with self._ready:
                 self._idle.append(worker)
                 self._ready.notify()
+
+    def start(self) -> None:
+        """Start every worker now: their imports overlap with whatever the sweep does before its first run."""
+        for w in self.workers:
+            if w.proc is None:
+                w.start()
 
     @property
     def startup_s(self) -> list[float]:

@@ -1,6 +1,7 @@
 """Sweep workers (bench.sweep.worker): a run in a long-lived worker gives the numbers of the same run
 in a process of its own; a run that fails is reported failed while the others finish; a worker
-killed mid-run is noticed, the run reported failed, and a fresh worker takes the next run."""
+killed mid-run is noticed, the run reported failed, and a fresh worker takes the next run; a worker
+started ahead and never given a run is killed at close."""
 
 import dataclasses
 import os
@@ -122,3 +123,15 @@ def test_a_bad_value_in_a_runs_yaml_is_named_by_its_file_and_line(tmp_path, caps
     config.write_text("method:\n  name: arca\n")  # ARCA needs a LoRA adapter: refused before any work
     assert train_command(["--config", str(config), "--no_progress"]) == 2
     assert f"creditbench: error: {config}:1: method 'arca'" in capsys.readouterr().err
+
+
+def test_a_worker_started_ahead_and_never_given_a_run_is_killed_at_close(tmp_path):
+    """A sweep starts its workers before its MLflow set-up (bench.sweep.launch.run_sweep); one that set-up
+    failed never used is ended at once, not after its imports (the sweeps above run in workers started ahead)."""
+    pool = WorkerPool(1, {**os.environ, "OMP_NUM_THREADS": "1"}, tmp_path / "logs")
+    pool.start()
+    proc = pool.workers[0].proc
+    t = time.perf_counter()
+    pool.close()
+    assert proc.returncode == -signal.SIGKILL and time.perf_counter() - t < 5
+    assert pool.workers[0].proc is None and pool.workers[0].startup_s == []
