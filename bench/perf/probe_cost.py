@@ -192,8 +192,9 @@ def notes(data: dict[str, Any]) -> list[str]:
         "",
         f"What is left is arithmetic: J after each arm's update ({j:.3f} s, {j / floor['j']:.1f}x its floor) and "
         f"the updates ({update:.3f} s, {update / floor['update']:.1f}x) run their matrix products near the "
-        "machine's rate, and stacking the arms' parameters into one batched pass does not remove FLOPs, only "
-        "the per-operation cost beside them (bench/perf/lockstep.py measures it). Halving the batch again "
+        "machine's rate. Stacking the arms' parameters into one batched pass removes no FLOPs, only some of "
+        "the per-operation cost beside them, and on this CPU it does not pay (results/benchmarks/lockstep.md). "
+        "Halving the batch again "
         "needs less arithmetic at other bits: the behaviour log-probs taken from the rollout, J's prompts "
         "sharing a prefix, a packed update; each moves the committed probes, which would be regenerated once.",
     ]

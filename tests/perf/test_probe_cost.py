@@ -79,3 +79,11 @@ def test_the_benchmark_runs_a_tiny_probe_against_itself(tmp_path):
     assert data["same_records"] and data["records"] == data["arms"] > 0
     assert all(v >= 0 for v in data["now"]["phases"].values() if v) and data["now"]["phases"]["j"] > 0
     assert "The same records: **yes**" in (out / "probe_cost.md").read_text()
+
+
+def test_the_committed_report_is_rebuilt_from_its_json():
+    data = json.loads((ROOT / "results" / "benchmarks" / "probe_cost.json").read_text())
+    committed = (ROOT / "results" / "benchmarks" / "probe_cost.md").read_text()
+    assert pc.markdown(data).rstrip("\n") + "\n" == committed
+    assert data["same_records"] and data["ratio"] < 1  # the shared work kept every record
+    assert data.get("whole") is None or data["whole"]["same"]
