@@ -15,10 +15,11 @@ from typing import Any
 from bench.atomic import write_atomic
 from bench.paired.plan import ProbePlan, describe
 
-PACE_S = {"trajectory_step": 0.75, "update": 0.7, "segment_update": 0.75}
-"""Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured (an update
-with a quarter of the batches measuring blame alignment); the dry run scales them by the model's
-parameters."""
+PACE_S = {"trajectory_step": 0.75, "update": 0.45, "segment_update": 0.75}
+"""Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured: an update
+from the whole embedded probe (2,880 paired updates, a quarter of the batches measuring blame alignment,
+the arms sharing their scoring and first gradient; results/benchmarks/probe_cost.md), less its trajectories'
+steps. The dry run scales them by the model's parameters."""
 
 
 def _threads(n: int) -> None:
