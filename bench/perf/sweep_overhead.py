@@ -51,12 +51,12 @@ from typing import Any
 import yaml
 
 from bench.errors import CreditBenchError
+from bench.perf.fixed_cost import PHASES as RUN_PHASES  # the phases a run prints (bench.run.timing)
 from bench.perf.flagship_cost import same_numbers
 from bench.run.timing import read_timing
 from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 DONE = re.compile(r"\[\d+/\d+\] (\S+): done in ([\d.]+) s")
-RUN_PHASES = ("setup", "base", "mlflow", "build", "eval0", "fit", "eval_final", "finish")
 PARTS = {
     "startup": "start-up (to the sweep's first line)",
     "runs": "the runs (sum of their wall times)",
