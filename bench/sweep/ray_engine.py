@@ -136,6 +136,11 @@ class RayEngine:
             ray.kill(slot.actor)
         env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}  # the driver's, over the node's
         actor = self._remote.options(num_cpus=need.cpus, num_gpus=need.gpus).remote(os.getcwd(), env)
+        with self._cond:  # busy while it starts: an interrupted sweep's stop() kills it too
+            self._busy.add(actor)
+            stopped = self.stopped
+        if stopped:  # stop() ran before it was busy
+            ray.kill(actor)
         ready = actor.ready.remote()
         while not ray.wait([ready], timeout=2.0)[0]:  # not placed yet: free what idle actors hold
             self._drop_idle()
@@ -160,6 +165,9 @@ class RayEngine:
             slot = self._actor(slot, need)
             with self._cond:
                 self._busy.add(slot.actor)
+                stopped = self.stopped
+            if stopped:  # interrupted while its actor started: the run does not begin
+                return 1
             ref = slot.actor.run.remote(str(config), str(log), cfg.trainer.world_size > 1)
             try:
                 return ray.get(ref)
