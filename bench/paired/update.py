@@ -126,7 +126,7 @@ class SharedScores:
         method, rl = ws.methods[arm.key], arm.cfg.rl
         options = (rl.sampling.temperature, rl.micro_batch_tokens, rl.lm_head_chunk_elements, rl.ppo_epochs,
                    rl.minibatches)  # fmt: skip
-        key = (batch_digest(batch), bytes(batch.prompt_mask.numpy()), frozenset(method.required), options)
+        key = (batch_digest(batch), bytes(batch.prompt_mask.cpu().numpy()), frozenset(method.required), options)
         if key not in self.kept:
             extra = set(batch.extra)
             scored = score_batch(ws.scratch, ws.ref_policy, method, batch, rl=rl)
@@ -174,7 +174,7 @@ def paired_batch(
     record per arm (with each label's blame alignment where ``blame``). With ``share`` the arms share
     what they compute alike: the scoring passes (:class:`SharedScores`) and, among one label's rates, the
     first minibatch's gradient (:class:`bench.engine.step.FirstGradient`); the records are the same to
-    the bit either way (tests/paired/test_shared_work.py)."""
+    the bit either way (tests/paired/test_paired.py)."""
     seed = ws.seed("batch", index)
     sampler = ws.sampler(ws.policy, arms[0].cfg, seed, shared=True)
     before = [p.detach().clone() for p in ws.policy.parameters() if p.requires_grad]
