@@ -14,13 +14,30 @@ def config_hash(cfg) -> str:
     """What makes two runs the same run: every field of the config but where things are written
     and how fast (tracking, checkpoint, threads, the micro-batch token budget). The tracking URI
     and experiment stay in: a run resumes into a run of the same store."""
-    d = dataclasses.asdict(cfg)
-    d["tracking"] = {k: v for k, v in d["tracking"].items() if k in ("uri", "experiment", "run_name", "sweep")}
-    d.pop("checkpoint", None)
+    d = identity(cfg, ("uri", "experiment", "run_name", "sweep"))
     d.pop("threads", None)
-    d["rl"].pop("micro_batch_tokens", None)  # the same update to float precision, in less memory
-    d["rl"].pop("lm_head_chunk_elements", None)  # nor the LM head's chunks (the same to float precision)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+LATER = {"old_logprobs": "rescore", "packed_update": False}
+"""RL options added after runs were committed, with what those runs did: an option at that value is
+left out of a run's identity, so a run made before it existed keeps its identity and one made
+otherwise is another run."""
+
+
+def identity(cfg, tracking: tuple[str, ...]) -> dict:
+    """The config as a dict, less what does not change a run's results: the checkpoint settings, the
+    tracking settings but ``tracking``, the micro-batch token budget and the LM head's chunks (the same
+    to float precision), and the :data:`LATER` options at their earlier values."""
+    d = dataclasses.asdict(cfg)
+    d["tracking"] = {k: v for k, v in d["tracking"].items() if k in tracking}
+    d.pop("checkpoint", None)
+    d["rl"].pop("micro_batch_tokens", None)
+    d["rl"].pop("lm_head_chunk_elements", None)
+    for key, before in LATER.items():
+        if d["rl"].get(key) == before:
+            d["rl"].pop(key)
+    return d
 
 
 def run_dir(cfg, run_name: str) -> Path:

@@ -122,21 +122,19 @@ def forward(
     logits_to_keep=...)``, for a model :func:`supports`: an object with ``logits`` and
     ``past_key_values``.
 
-    ``valid`` ([B, S] bool, without gradient only): the positions whose outputs are read and which
-    later positions attend to. Everything computed a position at a time (norms, projections, rotary,
-    MLP, logits) then runs on those positions only, and attention on the padded layout (zeros at the
-    other positions, which no valid position attends to): the valid positions' outputs are the same
-    bits (a row of a matrix product does not depend on the other rows), the others' logits are 0.
-    A backward would sum the weight gradients over fewer rows, in another order: so not with
-    gradients.
+    ``valid`` ([B, S] bool): the positions whose outputs are read and which later positions attend
+    to. Everything computed a position at a time (norms, projections, rotary, MLP, logits) then runs
+    on those positions only, and attention on the padded layout (zeros at the other positions, which no
+    valid position attends to): the valid positions' outputs are the same bits (a row of a matrix
+    product does not depend on the other rows), the others' logits are 0. A backward sums the weight
+    gradients over fewer rows, in another order, so they differ from the padded layout's in the last
+    bits (``rl.packed_update``); the input gradients are the same.
 
     ``head=False``: the LM head is left out; the output's ``hidden`` holds the final norm's output at
     the kept positions (what the head would read), and its ``logits`` are None."""
     from transformers.cache_utils import DynamicCache
     from transformers.masking_utils import create_causal_mask
 
-    if valid is not None and torch.is_grad_enabled():
-        raise ValueError("lean_forward.forward: valid= is for passes without gradient")
     inner = model.model
     cfg = model.config
     hidden = inner.embed_tokens(input_ids)

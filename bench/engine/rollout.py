@@ -24,6 +24,7 @@ class Generation:
     truncated: Tensor  # [B] no eos within the budget
     texts: list[str]  # decoded completions, special tokens removed
     logprobs: Tensor | None = None  # [B, T] the engine's log-prob of each sampled token (vLLM), else None
+    behaviour: Behaviour | None = None  # the sampling policy's log-probs and entropies, where asked for and lean
 
 
 def rollout_mismatch(trainer_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -> dict[str, float]:
@@ -80,6 +81,7 @@ class HFRolloutEngine:
     to sync, put to sleep or close."""
 
     separate: ClassVar[bool] = False
+    records_behaviour: ClassVar[bool] = True  # generate(behaviour=True) scores what it samples
 
     def __init__(self, model, tokenizer, lean: bool = True):
         self.model = model
@@ -96,13 +98,15 @@ class HFRolloutEngine:
         pass
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Generation:
-        """``n`` completions for each prompt, as rows p0s0, p0s1, ..., p1s0, ... (grouped)."""
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig, behaviour: bool = False) -> Generation:
+        """``n`` completions for each prompt, as rows p0s0, p0s1, ..., p1s0, ... (grouped); with
+        ``behaviour``, also the sampling policy's log-prob and entropy at each sampled token
+        (``Generation.behaviour``) where the lean decode runs (:func:`lean_applies`), else None."""
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = next(self.model.parameters()).device
         ids = enc["input_ids"].repeat_interleave(n, 0).to(device)
         mask = enc["attention_mask"].repeat_interleave(n, 0).to(device)
-        return self._generate(ids, mask, sampling.max_new_tokens, sampling)
+        return self._generate(ids, mask, sampling.max_new_tokens, sampling, behaviour)
 
     @torch.no_grad()
     def generate_ids(self, sequences: list[Tensor], max_new_tokens: int, sampling: SamplingConfig) -> Generation:
@@ -122,14 +126,18 @@ class HFRolloutEngine:
         position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0) if masked else None
         return shared_prefix_cache(self.model, ids, mask, position_ids, masked)
 
-    def _generate(self, ids: Tensor, mask: Tensor, max_new_tokens: int, sampling: SamplingConfig) -> Generation:
+    def _generate(
+        self, ids: Tensor, mask: Tensor, max_new_tokens: int, sampling: SamplingConfig, behaviour: bool = False
+    ) -> Generation:
         tok = self.tokenizer
         was_training = self.model.training
         self.model.eval()
         cache = self._prompt_cache(ids, mask)
+        record = None
         if cache is not None and self.lean and lean_applies(self.model, sampling):
             eos, pad = tok.eos_token_id, tok.pad_token_id
-            out = lean_decode(self.model, ids, mask, cache, max_new_tokens, sampling, eos, pad)
+            record = Behaviour(ids.shape[0], max_new_tokens, sampling, ids.device) if behaviour else None
+            out = lean_decode(self.model, ids, mask, cache, max_new_tokens, sampling, eos, pad, record)
         else:
             out = self._hf_generate(ids, mask, cache, max_new_tokens, sampling)
         self.model.train(was_training)
@@ -137,7 +145,9 @@ class HFRolloutEngine:
         cmask, truncated = completion_mask(comp, tok.eos_token_id)
         comp = comp.masked_fill(cmask == 0, tok.pad_token_id)
         texts = tok.batch_decode(comp, skip_special_tokens=True)
-        return Generation(ids, mask, comp, cmask, truncated, texts)
+        if record is not None:
+            record.trim(comp.shape[1], cmask)
+        return Generation(ids, mask, comp, cmask, truncated, texts, behaviour=record)
 
     def _hf_generate(self, ids: Tensor, mask: Tensor, cache, max_new_tokens: int, sampling: SamplingConfig) -> Tensor:
         tok = self.tokenizer
@@ -213,7 +223,15 @@ def lean_applies(model, sampling: SamplingConfig) -> bool:
 
 @torch.no_grad()
 def lean_decode(
-    model, ids: Tensor, mask: Tensor, cache, max_new_tokens: int, sampling: SamplingConfig, eos: int, pad: int
+    model,
+    ids: Tensor,
+    mask: Tensor,
+    cache,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos: int,
+    pad: int,
+    record: Behaviour | None = None,
 ) -> Tensor:
     """``generate``'s sampling loop without its machinery, and without the rows that have finished.
 
@@ -229,7 +247,8 @@ def lean_decode(
     Few ops a step (each is a kernel launch on a GPU, where a small model's step is bound by them): the
     attention mask is built once and sliced (:class:`_DecodeMask`); one read of the count of rows still
     generating decides both whether to stop and whether to drop rows; and until a row finishes, nothing
-    is done for finished rows."""
+    is done for finished rows. ``record``: where given, each step's sampled tokens are scored from the
+    same logits (:class:`Behaviour`)."""
     from bench.engine import lean_forward
 
     lean = lean_forward.supports(model)
@@ -256,6 +275,8 @@ def lean_decode(
         )
         every = len(rows) == B  # no row has finished
         tokens = _next_tokens(logits, sampling, rows, unfinished, pad, every)
+        if record is not None:
+            record.add(t, logits, tokens if every else tokens[rows], None if every else rows)
         out.append(tokens[:, None])
         if t == max_new_tokens - 1:  # the budget's last token: no step follows to stop or shrink
             break
@@ -271,6 +292,35 @@ def lean_decode(
             attn.keep(kept, rows)
         step_ids, step_pos = (tokens if len(rows) == B else tokens[rows])[:, None], step_pos + 1
     return torch.cat(out, dim=-1)
+
+
+class Behaviour:
+    """The sampling policy's log-prob of each sampled token and the entropy of its distribution, at the
+    temperature the trainer scores with (``sampling.temperature``, 1 when greedy), from the logits the
+    decode step sampled from: ``logprobs`` and ``entropy`` [B, T], 0 past each row's completion. The
+    same functions as the scoring pass (bench.numerics), on a decode step's logits (its KV cache) in
+    place of a whole-sequence forward's: equal to float rounding."""
+
+    def __init__(self, B: int, max_new_tokens: int, sampling: SamplingConfig, device) -> None:
+        self.temperature = sampling.temperature or 1.0
+        self.logprobs = torch.zeros(B, max_new_tokens, device=device)
+        self.entropy = torch.zeros(B, max_new_tokens, device=device)
+
+    def add(self, t: int, logits: Tensor, tokens: Tensor, rows: Tensor | None) -> None:
+        """Step ``t``: ``logits`` [r, V] of ``rows`` (None: every row), the ``tokens`` [r] they drew."""
+        from bench.numerics import entropy_from_logits, token_logprobs
+
+        lp = token_logprobs(logits[:, None], tokens[:, None], self.temperature)[:, 0]
+        ent = entropy_from_logits(logits[:, None], self.temperature)[:, 0]
+        if rows is None:
+            self.logprobs[:, t], self.entropy[:, t] = lp, ent
+        else:
+            self.logprobs[rows, t], self.entropy[rows, t] = lp, ent
+
+    def trim(self, T: int, mask: Tensor) -> None:
+        """To the completions' ``T`` columns, 0 outside their ``mask``."""
+        keep = mask[:, :T].to(self.logprobs.dtype)
+        self.logprobs, self.entropy = self.logprobs[:, :T] * keep, self.entropy[:, :T] * keep
 
 
 class _DecodeMask:

@@ -21,6 +21,10 @@ from bench.engine.rollout import RolloutEngine, completion_mask
 from bench.engine.scoring import score
 from bench.errors import CreditBenchError
 
+BEHAVIOUR = ("behaviour_logprobs", "behaviour_entropy")
+"""The keys of ``RolloutBatch.extra`` under which a rollout leaves the sampling policy's log-prob and
+entropy of each sampled token (``rl.old_logprobs: rollout``; bench.engine.scoring reads them)."""
+
 
 class RolloutSampler:
     """Samples with ``engine`` and verifies with ``task`` (or the task a call names). ``samples`` and
@@ -37,17 +41,33 @@ class RolloutSampler:
         self.verify_s = 0.0
 
     def rollout(
-        self, rows: list[dict], n: int, sampling: SamplingConfig, details: bool, task: Task | None = None
+        self,
+        rows: list[dict],
+        n: int,
+        sampling: SamplingConfig,
+        details: bool,
+        task: Task | None = None,
+        behaviour: bool = False,
     ) -> tuple[RolloutBatch, list[dict]]:
         """``n`` verified completions of each of ``rows`` (groups in row order), and for each the
-        verifier's parsed answer and flexible verdict (``details``: the verifier fills them)."""
+        verifier's parsed answer and flexible verdict (``details``: the verifier fills them). With
+        ``behaviour`` (``rl.old_logprobs: rollout``), the batch's ``extra`` also holds the sampling
+        policy's log-prob and entropy of each sampled token (:data:`BEHAVIOUR`), where the engine gave them."""
         task = task or self.task
-        return self._sample([task.prompt(r, self.tokenizer) for r in rows], rows, n, sampling, details, task)
+        prompts = [task.prompt(r, self.tokenizer) for r in rows]
+        return self._sample(prompts, rows, n, sampling, details, task, behaviour)
 
     def _sample(
-        self, prompts: list[str], rows: list[dict], n: int, sampling: SamplingConfig, details: bool, task: Task
+        self,
+        prompts: list[str],
+        rows: list[dict],
+        n: int,
+        sampling: SamplingConfig,
+        details: bool,
+        task: Task,
+        behaviour: bool = False,
     ) -> tuple[RolloutBatch, list[dict]]:
-        gen = self.engine.generate(prompts, n, sampling)
+        gen = self.engine.generate(prompts, n, sampling, **({"behaviour": True} if behaviour else {}))
         device = gen.completion_ids.device
         expanded = [r for r in rows for _ in range(n)]
         t = time.perf_counter()
@@ -68,6 +88,8 @@ class RolloutSampler:
             rows=expanded,
             extra={} if gen.logprobs is None else {"rollout_logprobs": gen.logprobs},  # for the mismatch check
         )
+        if gen.behaviour is not None:
+            batch.extra.update(zip(BEHAVIOUR, (gen.behaviour.logprobs, gen.behaviour.entropy)))
         return batch, [{"parsed": o.parsed, "correct_flexible": o.correct_flexible} for o in outcomes]
 
     def count(self, batch: RolloutBatch, extra: bool = False) -> None:
@@ -131,6 +153,9 @@ class RolloutSampler:
         outcomes = self.task.verify(texts, sub.rows, details=False)
         self.verify_s += time.perf_counter() - t
         sub.completion_ids, sub.completion_mask, sub.truncated, sub.completions = ids, mask, truncated, texts
+        for key in BEHAVIOUR:  # not the sampling policy's alone (a forced prefix): rescored (NaN: unknown)
+            if key in sub.extra:
+                sub.extra[key] = torch.full(ids.shape, math.nan, device=ids.device)
         if "rollout_logprobs" in sub.extra:  # the engine's log-probs of the continuation; none for the forced prefix
             lp = torch.full(ids.shape, math.nan, device=ids.device)
             for j, p in enumerate(prefixes):
@@ -170,13 +195,14 @@ def train_rollouts(
     a refill never passes either); every rollout is counted. ``rows`` are this process's share of the
     step's prompts."""
     n = rl.prompts_per_step // world_size()
-    batch, _ = sampler.rollout(rows, rl.group_size, rl.sampling, details=False)
+    behaviour = records_behaviour(sampler.engine, rl)
+    batch, _ = sampler.rollout(rows, rl.group_size, rl.sampling, details=False, behaviour=behaviour)
     sampler.count(batch)
     generated, kept, kept_groups = [batch], [], None
     rounds = method.generation_rounds if max_rounds is None else max(1, min(method.generation_rounds, max_rounds))
     for round_ in range(rounds):
         if round_ > 0:
-            batch, _ = sampler.rollout(refill(n), rl.group_size, rl.sampling, details=False)
+            batch, _ = sampler.rollout(refill(n), rl.group_size, rl.sampling, details=False, behaviour=behaviour)
             sampler.count(batch)
             batch.group_ids = batch.group_ids + round_ * n  # distinct from earlier rounds'
             generated.append(batch)
@@ -194,6 +220,13 @@ def train_rollouts(
     train = regroup(RolloutBatch.concat(kept))
     first = torch.nonzero(train.group_ids < n).squeeze(-1)  # at most a full batch
     return TrainRollouts(train.select(first), everything, len(generated), kept_groups)
+
+
+def records_behaviour(engine: RolloutEngine, rl: RLConfig) -> bool:
+    """Whether the training rollouts record the behaviour log-probs (``rl.old_logprobs``): an update
+    that is not fused, with an engine that can (the in-process one: ``records_behaviour``)."""
+    fused = rl.ppo_epochs == 1 and rl.minibatches == 1  # the training forward gives them
+    return rl.old_logprobs != "rescore" and not fused and getattr(engine, "records_behaviour", False)
 
 
 def rounds_left(samples: int, rl: RLConfig, every_samples: int = 0) -> int | None:

@@ -7,8 +7,8 @@ Under LoRA (a peft model) the reference policy is the base model with the adapte
 reference forward and ARCA's adapter-off hidden states are one pass. With a single on-policy update
 (1 epoch, 1 minibatch: a *fused* update, :func:`is_fused`) the behaviour log-probs and entropies come
 from the training forward itself (detached), so no separate scoring forward is spent; the ratio is
-then exactly 1, as in on-policy GRPO. What scoring leaves for the update is a :class:`Scored`.
-"""
+then exactly 1, as in on-policy GRPO. Otherwise they come from the rollout where it recorded them
+(``rl.old_logprobs``). What scoring leaves for the update is a :class:`Scored`."""
 
 from __future__ import annotations
 
@@ -135,6 +135,7 @@ def score(
     with_logits: bool = False,
     with_hidden: bool = False,
     chunk_elements: int = lm_head.CHUNK_ELEMENTS,
+    packed: bool = False,
 ) -> Scores:
     """Per-token log-probs (and entropies, logits, last hidden states) of the completions under ``model``.
 
@@ -154,13 +155,14 @@ def score(
     positions). When rows repeat prompts (a batch of G samples per prompt), each distinct prompt's
     first P-1 tokens run once and their KV cache is shared by its rows (gradients flow into it), and
     only the last prompt token and the completion run per row: the same function, without computing
-    each prompt G times.
+    each prompt G times. Without gradient (with it too where ``packed``: ``rl.packed_update``) the lean
+    forward runs only on the positions that are read or attended to (``lean_forward.forward``'s ``valid``).
     """
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
     real_p, real_c = prompt_mask.bool().any(0), completion_mask.bool().any(0)
     p0 = min(int(real_p.long().argmax()), P - 1) if bool(real_p.any()) else P - 1  # first prompt column in use
     t1 = int(real_c.nonzero().max()) + 1 if bool(real_c.any()) else 1  # completion columns in use
-    asks = _Asks(temperature, with_entropy, with_logits, with_hidden, chunk_elements)
+    asks = _Asks(temperature, with_entropy, with_logits, with_hidden, chunk_elements, packed)
     if p0 == 0 and t1 == T:
         return _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, asks)
     s = _score(model, prompt_ids[:, p0:], prompt_mask[:, p0:], completion_ids[:, :t1], completion_mask[:, :t1], asks)
@@ -181,6 +183,7 @@ class _Asks:
     with_logits: bool
     with_hidden: bool
     chunk_elements: int
+    packed: bool = False
 
 
 def _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, asks: _Asks) -> Scores:
@@ -201,7 +204,8 @@ def _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, asks
     if cache is not None:
         kwargs.update(past_key_values=cache, use_cache=True)
     masks = prompt_mask[:, start:], completion_mask
-    call = _forward_call(model, handle is None and not kwargs.get("output_hidden_states"), masks, head=not chunk)
+    plain = handle is None and not kwargs.get("output_hidden_states")
+    call = _forward_call(model, plain, masks, head=not chunk, packed=asks.packed)
     try:
         if not masked:
             # No left padding: plain causal attention is exact for every real token (right padding
@@ -241,15 +245,15 @@ def _norm_hook(model, with_hidden: bool, off: int, T: int):
     return norm, captured, norm.register_forward_hook(hook)
 
 
-def _forward_call(model, plain: bool, masks: tuple[Tensor, Tensor], head: bool):
+def _forward_call(model, plain: bool, masks: tuple[Tensor, Tensor], head: bool, packed: bool = False):
     """The forward :func:`_score` calls: the lean one where the model supports it and nothing is read
     off the model's modules (``plain``), else the model's own; without the LM head when ``head`` is
     False (the output's ``hidden`` then holds what the head reads). ``masks``: the pass's prompt and
     completion masks."""
     if plain and lean_forward.supports(model):
-        # the same operations without the module machinery; without gradient, only on the positions
-        # that are read or attended to (the prompts' real tokens and each row's completion)
-        kept = None if torch.is_grad_enabled() else torch.cat(masks, 1).bool()
+        # the same operations without the module machinery; without gradient (or ``packed``), only on
+        # the positions that are read or attended to (the prompts' real tokens and each row's completion)
+        kept = torch.cat(masks, 1).bool() if packed or not torch.is_grad_enabled() else None
         return functools.partial(lean_forward.forward, model, valid=kept, head=head)
     return model if head else functools.partial(lm_head.decoder_forward, model)
 
@@ -293,17 +297,9 @@ class Scored:
 
 def forward(model, batch: RolloutBatch, rl: RLConfig, with_entropy: bool, **kw) -> Scores:
     """``model``'s log-probs (and what ``kw`` asks for) of the batch's completions, at the sampling temperature."""
-    return score(
-        model,
-        batch.prompt_ids,
-        batch.prompt_mask,
-        batch.completion_ids,
-        batch.completion_mask,
-        rl.sampling.temperature or 1.0,
-        with_entropy,
-        chunk_elements=rl.lm_head_chunk_elements,
-        **kw,
-    )
+    ids = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+    temperature, chunk = rl.sampling.temperature or 1.0, rl.lm_head_chunk_elements
+    return score(model, *ids, temperature, with_entropy, chunk_elements=chunk, packed=rl.packed_update, **kw)
 
 
 def reference(policy, ref_policy):
@@ -346,7 +342,9 @@ def _score_part(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLC
     separate = "hidden_residual_separate" in req  # the adapter-on states from their own pass even when fused
     hidden = "hidden_residual" in req or separate
     pol = None
-    if not fused or "ref_kl" in req or separate:
+    own = "ref_kl" in req or hidden or "hidden_states" in req  # what only a pass of the policy gives
+    rollout = not fused and not own and rl.old_logprobs != "rescore" and _from_rollout(batch)  # no policy pass
+    if not rollout and (not fused or "ref_kl" in req or separate):
         with_hidden = hidden or "hidden_states" in req
         pol = forward(policy, batch, rl, with_entropy=True, with_logits="ref_kl" in req, with_hidden=with_hidden)
         batch.old_logprobs, batch.entropy = pol.logprobs, pol.entropy
@@ -364,6 +362,17 @@ def _score_part(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLC
     if hidden and pol is not None:
         set_residual(batch, pol, r)
     return r if hidden and fused and not separate else None
+
+
+def _from_rollout(batch: RolloutBatch) -> bool:
+    """Set the batch's behaviour log-probs and entropies from what its rollout recorded (sampling.BEHAVIOUR),
+    where it recorded them for every completion token; whether it did."""
+    lp, ent = batch.extra.get("behaviour_logprobs"), batch.extra.get("behaviour_entropy")
+    known = lp is not None and ent is not None and lp.shape == batch.completion_mask.shape
+    if known and bool(torch.isfinite(lp[batch.completion_mask.bool()]).all()):
+        batch.old_logprobs, batch.entropy = lp, ent
+        return True
+    return False
 
 
 def is_fused(batch: RolloutBatch, rl: RLConfig) -> bool:

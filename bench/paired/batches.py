@@ -46,11 +46,11 @@ class SeededSampler(RolloutSampler):
         self.seed, self.shared = seed, shared
         self.cache: dict[tuple, tuple[RolloutBatch, list[dict]]] = {}
 
-    def rollout(self, rows, n, sampling, details, task=None):
+    def rollout(self, rows, n, sampling, details, task=None, behaviour=False):
         key = (tuple(str(r["id"]) for r in rows), n, details)
         if key not in self.cache:
             with seeded(stream_seed(self.seed, *key)):
-                out = super().rollout(rows, n, sampling, details, task)
+                out = super().rollout(rows, n, sampling, details, task, behaviour)
             if not self.shared:
                 return out
             self.cache[key] = out

@@ -125,7 +125,7 @@ class SharedScores:
     def score(self, ws: Workspace, arm: Arm, batch: RolloutBatch) -> Scored:
         method, rl = ws.methods[arm.key], arm.cfg.rl
         options = (rl.sampling.temperature, rl.micro_batch_tokens, rl.lm_head_chunk_elements, rl.ppo_epochs,
-                   rl.minibatches)  # fmt: skip
+                   rl.minibatches, rl.old_logprobs)  # fmt: skip
         key = (batch_digest(batch), bytes(batch.prompt_mask.cpu().numpy()), frozenset(method.required), options)
         if key not in self.kept:
             extra = set(batch.extra)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import CreditBenchError
+from bench.perf import fusion
 from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 WORKER = Path(__file__).parent / "workers" / "flagship_run.py"
@@ -57,9 +58,10 @@ LABELS = {
 UNCOMPARED = ("policy_dir", "base_checkpoint")  # paths of the checkout that ran it
 
 
-def measure(code: Path, args, repeats: int, ops: bool = False) -> list[dict[str, Any]]:
+def measure(code: Path, args, repeats: int, ops: bool = False, settings: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """``repeats`` measured runs with the code at ``code``, one process each, one at a time (``ops``:
-    with the matrix products and attention timed, see flagship_run.OpSplit)."""
+    with the matrix products and attention timed, see flagship_run.OpSplit; ``settings``: RL options
+    ``rl.KEY=VALUE`` of the runs)."""
     out = []
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -68,6 +70,7 @@ def measure(code: Path, args, repeats: int, ops: bool = False) -> list[dict[str,
             path = Path(tmp) / "run.json"
             cmd = [sys.executable, str(WORKER), str(path), "--spec", args.spec, "--label", args.label]
             cmd += ["--seed", str(args.seed), "--warm_label", args.warm_label] + (["--ops"] if ops else [])
+            cmd += [f"--set={s}" for s in settings]
             done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
             if done.returncode != 0:  # its last line says why (a bad label or seed: the valid ones)
                 last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
@@ -94,43 +97,6 @@ def gemm_rate() -> float:
             best = max(best, 2 * n**3 / (time.perf_counter() - t))
     torch.set_num_threads(threads)
     return best
-
-
-def fusion_probe(size: str, rows: int = 64, widths: tuple[int, ...] = (50, 53, 56)) -> dict[str, float]:
-    """What fusing would buy the update: one training forward and backward of a flagship minibatch
-    (``rows`` rows, each of ``widths`` positions, the last 33 with logits) eager and under
-    ``torch.compile`` (inductor, dynamic shapes), CPU milliseconds each, and the compile's seconds."""
-    import torch
-
-    from bench.engine import lean_forward
-    from bench.models.policy import build_tiny
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model, _ = build_tiny(size)
-
-    def eager(x):
-        return lean_forward.forward(model, x, logits_to_keep=33).logits
-
-    def step(f, x):
-        f(x).square().mean().backward()
-
-    xs = [torch.randint(3, 90, (rows, n)) for n in widths]
-    t = time.perf_counter()
-    compiled = torch.compile(eager, dynamic=True)
-    step(compiled, xs[0])
-    out = {"compile_s": time.perf_counter() - t}
-    for name, f in (("eager_ms", eager), ("compiled_ms", compiled)):
-        for x in xs:
-            step(f, x)
-        t = time.process_time()
-        for _ in range(3):
-            for x in xs:
-                step(f, x)
-        out[name] = (time.process_time() - t) / (3 * len(xs)) * 1000
-    torch.set_num_threads(threads)
-    return out
 
 
 def model_flops(size: str) -> dict[str, float]:
@@ -179,11 +145,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tokens": runs[0]["tokens"],
         "code": runs[0]["code"],
         "run": runs[0]["run"],
+        "packed_update": runs[0].get("packed_update", False),
     }
 
 
 def markdown(data: dict[str, Any]) -> str:
-    now, base, rate = data["now"], data.get("baseline"), data["gemm_flops"]
+    now, base, rate, opt = data["now"], data.get("baseline"), data["gemm_flops"], data.get("options")
     lines = [
         "# What a flagship run costs, by phase, beside its FLOP floor",
         "",
@@ -197,7 +164,7 @@ def markdown(data: dict[str, Any]) -> str:
         "",
     ]
     ops = data.get("ops")
-    header = ["phase"] + (["CPU s before"] if base else []) + ["CPU s now"]
+    header = ["phase"] + (["CPU s before"] if base else []) + ["CPU s now"] + (["with the options"] if opt else [])
     header += (["of which matrix products", "attention"] if ops else []) + ["useful GFLOP", "floor s", "now / floor"]
 
     def split(p: str | None) -> list[str]:
@@ -211,9 +178,11 @@ def markdown(data: dict[str, Any]) -> str:
         floor = data["floor_s"].get(p, 0.0)
         ratio = f"{now['phases'][p] / floor:.1f}x" if floor else "no FLOPs"
         row = [LABELS[p]] + ([f"{base['phases'][p]:.2f}"] if base else []) + [f"{now['phases'][p]:.2f}"]
+        row += [f"{opt['phases'][p]:.2f}"] if opt else []
         rows.append(row + split(p) + [f"{data['gflop'].get(p, 0.0):.1f}", f"{floor:.2f}", ratio])
     total_floor = sum(data["floor_s"].values())
     row = ["**run**"] + ([f"**{base['cpu_s']:.2f}**"] if base else []) + [f"**{now['cpu_s']:.2f}**"]
+    row += [f"**{opt['cpu_s']:.2f}**"] if opt else []
     rows.append(
         row
         + split(None)
@@ -230,12 +199,20 @@ def markdown(data: dict[str, Any]) -> str:
             + f" ({data['compared']} values of the run's result compared)."
         )
         lines.append("")
+    if opt:
+        lines += options_lines(data)
     if ops:
         lines += budget_lines(data)
         lines.append("")
     pad = {p: now["tokens"].get(p, {}) for p in ("scoring", "update")}
     upd = pad["update"]
-    if upd.get("train"):
+    if upd.get("train") and now.get("packed_update"):
+        lines.append(
+            f"The update's passes run on the valid positions only (`rl.packed_update`); on the padded layout "
+            f"(each row padded to the longest completion of its minibatch) they would compute "
+            f"{upd['padded'] / upd['train']:.2f}x them."
+        )
+    elif upd.get("train"):
         lines.append(
             f"The update's passes compute {upd['padded'] / upd['train']:.2f}x its useful positions: each row is "
             "padded to the longest completion of its minibatch."
@@ -245,15 +222,31 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def options_lines(data: dict[str, Any]) -> list[str]:
+    """What the options (RL settings that move the bits) change: the CPU seconds, and the numbers."""
+    now, base, opt = data["now"], data.get("baseline"), data["options"]
+    against = f" and **{opt['cpu_s'] / base['cpu_s']:.2f}** of the baseline's" if base else ""
+    return [
+        f"With the options ({', '.join(f'`{s}`' for s in data['settings'])}): **{opt['cpu_s'] / now['cpu_s']:.2f}** "
+        f"of now's CPU seconds{against} ({', '.join(map(str, opt['cpu_s_all']))} s). They move the bits: "
+        f"{len(data['options_differences'])} of {data['options_compared']} values of the run's result differ from "
+        "now's (tests/engine/test_behaviour.py holds an update with each option to the update without it: "
+        "the weights after it apart by less than 1e-3 of how far it moved them).",
+        "",
+    ]
+
+
 def budget_lines(data: dict[str, Any]) -> list[str]:
     """The matrix products' and attention's share of the run, and what a target of half the baseline
     would leave for everything else."""
-    ops, now, base = data["ops"], data["now"], data.get("baseline")
+    ops, base = data["ops"], data.get("baseline")
+    now = data.get("options") or data["now"]  # the ops run has the options where they are given
     mm = sum(o.get("matmul", 0.0) for o in ops.values())
     att = sum(o.get("attention", 0.0) for o in ops.values())
     lines = [
         f"Matrix products and attention, timed by operator in one more run "
-        f"(`flagship_run.py --ops`): {mm:.2f} s and {att:.2f} s; everything else (the elementwise operations, "
+        f"(`flagship_run.py --ops`{', with the options' if data.get('options') else ''}): {mm:.2f} s and "
+        f"{att:.2f} s; everything else (the elementwise operations, "
         f"sampling, Python, MLflow, Lightning): {now['cpu_s'] - mm - att:.2f} s of the run's {now['cpu_s']:.2f} s. "
         f"The matrix products run at {sum(data['gflop'].values()) * 1e9 / mm / 1e9:.0f} useful GFLOP/s "
         f"against the {data['gemm_flops'] / 1e9:.0f} GFLOP/s of a large product."
@@ -283,23 +276,27 @@ def notes(data: dict[str, Any]) -> list[str]:
         if fusion
         else ""
     )
+    packed = data["now"].get("packed_update")
+    update = (
+        "on the valid positions only (`rl.packed_update`: the forward and the input gradients are the padded "
+        "layout's bits, the weight gradients differ in the last bits)"
+        if packed
+        else f"on the padded layout, {padded:.2f}x the useful positions"
+    )
     return [
         "What holds each phase above its floor:",
         "",
-        f"- **update**: its passes run on the padded layout, {padded:.2f}x the useful positions, and besides "
-        "its matrix products each layer runs some 40 small operations forward and back. Packing the valid "
-        "positions leaves the forward and the input gradients the same bits, but the weight gradients then "
-        "sum over fewer rows in another order and move in the last bits, and every committed number with "
-        "them: it waits for a change "
-        "that regenerates the committed results." + fused,
+        f"- **update**: its passes run {update}, and besides its matrix products each layer runs some 40 small "
+        "operations forward and back." + fused,
         "- **rollout and eval**: a decode step is one position per row: matrix products of at most 128 (eval: "
         "400) rows and some 40 small operations per layer (norms, rotary, attention over a short cache, the "
         "cache's concatenation) whose fixed cost is comparable to the arithmetic. Finished rows are no longer "
         "computed and the module machinery is gone (bench.engine.rollout.lean_decode); the rest is per-operation "
         "cost.",
-        "- **scoring**: its passes run only on the valid positions (bench.engine.lean_forward, the same bits); "
-        "left are the per-operation cost and attention, whose CPU kernel is slow at head size 32 beside its "
-        "few FLOPs.",
+        "- **scoring**: with two minibatches the behaviour log-probs come from the rollout's decode steps where it "
+        "records them (`rl.old_logprobs`); what is left is the reference pass of the KL term, on the valid "
+        "positions only (bench.engine.lean_forward, the same bits): the per-operation cost and attention, whose "
+        "CPU kernel is slow at head size 32 beside its few FLOPs.",
         "- **fixed**: MLflow logging (parameters, metrics, the per-problem and completion tables), Lightning's "
         "loop, the run's one-off credit map (its FLOPs are the 11 GFLOP counted here) and the record.",
         "",
@@ -322,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline_label", default=None, help="what to call it in the report (its commit)")
     ap.add_argument("--no_fusion", action="store_true", help="skip the torch.compile probe of the update")
     ap.add_argument("--no_ops", action="store_true", help="skip the run that times the matrix products")
+    ap.add_argument("--set", action="append", default=[], help="rl.KEY=VALUE: also measure the run with this RL option")
     ap.add_argument("--out", default="results/benchmarks")
     args = ap.parse_args(argv)
     if args.repeats < 1:
@@ -335,7 +333,9 @@ def main(argv: list[str] | None = None) -> None:
     base_runs = measure(Path(args.baseline).resolve(), args, args.repeats) if args.baseline else None
     now_runs = measure(here, args, args.repeats)
     now = summarize(now_runs)
-    ops = None if args.no_ops else measure(here, args, 1, ops=True)[0]["ops"]
+    settings = tuple(args.set)
+    opt_runs = measure(here, args, args.repeats, settings=settings) if settings else None
+    ops = None if args.no_ops else measure(here, args, 1, ops=True, settings=settings)[0]["ops"]
     rate = gemm_rate()
     f = model_flops(now_runs[0]["result"]["model"])
     gflop = {p: phase_flops(now["tokens"].get(p, {}), f) / 1e9 for p in PHASES if p in now["tokens"]}
@@ -350,9 +350,13 @@ def main(argv: list[str] | None = None) -> None:
         "gflop": gflop,
         "floor_s": {p: g * 1e9 / rate for p, g in gflop.items()},
         "now": now,
-        "fusion": None if args.no_fusion else fusion_probe(now_runs[0]["result"]["model"]),
+        "fusion": None if args.no_fusion else fusion.probe(now_runs[0]["result"]["model"]),
         "ops": ops,
     }
+    if opt_runs:
+        data["options"], data["settings"] = summarize(opt_runs), list(settings)
+        compared = same_numbers(now_runs[0]["result"], opt_runs[0]["result"])
+        data["options_compared"], data["options_differences"] = compared
     data["notes"] = notes(data)
     if base_runs:
         data["baseline"] = summarize(base_runs)

@@ -45,6 +45,11 @@ def resolve(cfg: RunConfig) -> Resolved:
     task = _build_task(cfg.task.name, cfg.task.options)
     eval_tasks = _eval_tasks(cfg, task)
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
+    check(
+        cfg.rl.old_logprobs != "rollout" or cfg.rollout.engine == "hf",
+        "rl.old_logprobs rollout takes the behaviour log-probs from the in-process engine's decode steps "
+        "(rollout.engine hf); with rollout.engine vllm use rl.old_logprobs rescore",
+    )
     if "train" not in task.splits:
         raise CreditBenchError(
             f"task {cfg.task.name!r} has no train split (it has: {', '.join(task.splits)}); "

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import EvalConfig, RunConfig, TaskSpec
+from bench.engine.checkpoint_dir import identity
 from bench.errors import CreditBenchError
 from bench.run.args import load_yaml, run_config
 from bench.run.result import RunResult, result_path
@@ -199,11 +200,7 @@ def _set(d: dict[str, Any], dotted: str, value: Any, where: str) -> None:
 
 
 def _hash(cfg: RunConfig) -> str:
-    d = dataclasses.asdict(cfg)
-    d["tracking"] = {k: v for k, v in d["tracking"].items() if k in ("experiment",)}
-    d.pop("checkpoint")  # where and how often a run checkpoints does not change its results
-    d["rl"].pop("micro_batch_tokens")  # nor does its micro-batch token budget (to float precision)
-    d["rl"].pop("lm_head_chunk_elements")  # nor the LM head's chunks (to float precision)
+    d = identity(cfg, ("experiment",))  # where and how a run checkpoints, how fast: not its results
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

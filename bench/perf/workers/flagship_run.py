@@ -200,6 +200,21 @@ def instrument(meter: Meter, tokens: Tokens) -> None:
         cls._generate = generated
 
 
+def with_options(cfg, settings: list[str]):
+    """``cfg`` with the RL options ``settings`` (``rl.KEY=VALUE``, the value read as YAML)."""
+    import dataclasses
+
+    import yaml
+
+    options = {}
+    for s in settings:
+        key, _, value = s.partition("=")
+        if not key.startswith("rl.") or not value:
+            raise SystemExit(f"flagship_run: --set takes rl.KEY=VALUE, got {s!r}")
+        options[key[3:]] = yaml.safe_load(value)
+    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **options)) if options else cfg
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -208,6 +223,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warm_label", default="s_trace")
     ap.add_argument("--ops", action="store_true", help="also time the matrix products and attention of each phase")
+    ap.add_argument("--set", action="append", default=[], help="rl.KEY=VALUE: an RL option of both runs (YAML value)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -231,6 +247,8 @@ def main() -> int:
             print(f"flagship_run: no run of label {name!r} and seed {args.seed} in {args.spec}; labels: {valid}",
                   file=sys.stderr)  # fmt: skip
             return 2
+    for r in pick.values():
+        r.cfg = with_options(r.cfg, args.set)
     run(pick[args.warm_label].cfg, progress=False)
     meter = Meter()
     tokens = Tokens(meter)
@@ -265,6 +283,7 @@ def main() -> int:
         "final": {k: final[k] for k in ("pass_at_1", "pass_at_4", "mean_length") if k in final},
         "history": [h["eval"] for h in result["history"]],
         "threads": torch.get_num_threads(),
+        "packed_update": cfg.rl.packed_update,
         "ops": ops.seconds if ops else None,
         "result": {k: v for k, v in result.items() if k not in ("wall_s", "mlflow_run_id", "fingerprint")},
     }

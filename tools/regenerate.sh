@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Regenerate the committed results that a change to the numbers moves, each from scratch and in the order
+# their inputs need: the sweeps (./run_all.sh each; the flagship's tuning sweep with it), the methods'
+# credit table, the credit probes (which read the sweeps' reports), the design studies that read the
+# probes and the sweeps, and the tables README.md and docs/results.md quote. Then `bash tests/run.sh`
+# says what else still quotes an old number. About two hours on 2 cores.
+#   tools/regenerate.sh             everything
+#   tools/regenerate.sh probes      from the probes on (the sweeps as committed)
+#   tools/regenerate.sh tables      only the studies and the tables
+# JOBS=N workers (default 2). Each step removes its old output first, so nothing stale is left beside
+# what it writes (a sweep in rounds may stop at fewer seeds than before).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FROM=${1:-sweeps}
+case "$FROM" in
+  sweeps|probes|tables) ;;
+  *) echo "tools/regenerate.sh: unknown step '$FROM' (valid: sweeps, probes, tables)" >&2; exit 2 ;;
+esac
+source bench/bootstrap.sh
+export JOBS=${JOBS:-2} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+step() { echo; echo "== $(date -u +%H:%M:%S) $*"; }
+
+if [ "$FROM" = sweeps ]; then
+  # name -> spec; the quick sweep first (CI reruns it), the flagship before the sweeps that cite it
+  for pair in embedded-quick:results/sweeps/embedded-quick.yaml embedded:results/sweeps/embedded.yaml \
+              embedded-control:results/sweeps/embedded-control.yaml methods:results/sweeps/methods.yaml \
+              paper-arca-embedded:results/papers/arca_embedded.sweep.yaml; do
+    name=${pair%%:*} spec=${pair#*:}
+    step "sweep $name ($spec)"
+    rm -rf "results/$name" "results/$name-tune"
+    ./run_all.sh "$spec"
+  done
+  step "credit maps of the methods sweep"
+  creditbench credit-maps --sweep methods
+fi
+
+if [ "$FROM" != tables ]; then
+  step "credit probe: the flagship"
+  rm -rf results/probes/embedded
+  creditbench credit-probe results/sweeps/embedded.yaml --jobs "$JOBS"
+  step "credit probe: the arithmetic control"
+  rm -rf results/probes/embedded-control
+  creditbench credit-probe results/sweeps/embedded-control.yaml --cap 6 --jobs "$JOBS"
+  step "credit probe: its validation (its own seed and trajectories)"
+  rm -rf results/probes/embedded-validation
+  creditbench credit-probe results/sweeps/embedded.yaml --placebo --segment_steps 4 --segment_batches 2 \
+    --batches 4 --first 4 --cap 4 --seed 1 --reference_seeds 50,51,52,53 \
+    --out results/probes/embedded-validation --jobs "$JOBS"
+fi
+
+step "design studies that read the committed probes and sweeps"
+python -m bench.studies.probe_design --probe results/probes/embedded
+python -m bench.studies.sequential_design --sims 2000
+step "the tables of README.md and docs/"
+creditbench docs-tables
+echo
+echo "Done. Now: bash tests/run.sh (a test names each number a page still quotes from before)."
