@@ -239,14 +239,12 @@ def options_lines(data: dict[str, Any]) -> list[str]:
 def budget_lines(data: dict[str, Any]) -> list[str]:
     """The matrix products' and attention's share of the run, and what a target of half the baseline
     would leave for everything else."""
-    ops, base = data["ops"], data.get("baseline")
-    now = data.get("options") or data["now"]  # the ops run has the options where they are given
+    ops, now, base = data["ops"], data["now"], data.get("baseline")
     mm = sum(o.get("matmul", 0.0) for o in ops.values())
     att = sum(o.get("attention", 0.0) for o in ops.values())
     lines = [
         f"Matrix products and attention, timed by operator in one more run "
-        f"(`flagship_run.py --ops`{', with the options' if data.get('options') else ''}): {mm:.2f} s and "
-        f"{att:.2f} s; everything else (the elementwise operations, "
+        f"(`flagship_run.py --ops`): {mm:.2f} s and {att:.2f} s; everything else (the elementwise operations, "
         f"sampling, Python, MLflow, Lightning): {now['cpu_s'] - mm - att:.2f} s of the run's {now['cpu_s']:.2f} s. "
         f"The matrix products run at {sum(data['gflop'].values()) * 1e9 / mm / 1e9:.0f} useful GFLOP/s "
         f"against the {data['gemm_flops'] / 1e9:.0f} GFLOP/s of a large product."
@@ -335,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     now = summarize(now_runs)
     settings = tuple(args.set)
     opt_runs = measure(here, args, args.repeats, settings=settings) if settings else None
-    ops = None if args.no_ops else measure(here, args, 1, ops=True, settings=settings)[0]["ops"]
+    ops = None if args.no_ops else measure(here, args, 1, ops=True)[0]["ops"]
     rate = gemm_rate()
     f = model_flops(now_runs[0]["result"]["model"])
     gflop = {p: phase_flops(now["tokens"].get(p, {}), f) / 1e9 for p in PHASES if p in now["tokens"]}

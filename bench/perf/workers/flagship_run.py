@@ -234,8 +234,13 @@ def main() -> int:
     torch.set_num_threads(1)
     import bench
     from bench.run.train import run
-    from bench.sweep.sweep import load_spec
-    from bench.sweep.worker import preload
+
+    try:
+        from bench.sweep.sweep import load_spec
+        from bench.sweep.worker import preload
+    except ImportError:  # the code of a checkout from before bench/run was split (a --baseline)
+        from bench.run.sweep import load_spec
+        from bench.run.worker import preload
 
     preload()  # as a sweep's worker starts: imports, and generated task data kept between runs
 
@@ -283,7 +288,7 @@ def main() -> int:
         "final": {k: final[k] for k in ("pass_at_1", "pass_at_4", "mean_length") if k in final},
         "history": [h["eval"] for h in result["history"]],
         "threads": torch.get_num_threads(),
-        "packed_update": cfg.rl.packed_update,
+        "packed_update": getattr(cfg.rl, "packed_update", False),  # older code: the padded layout
         "ops": ops.seconds if ops else None,
         "result": {k: v for k, v in result.items() if k not in ("wall_s", "mlflow_run_id", "fingerprint")},
     }
