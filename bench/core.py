@@ -279,6 +279,15 @@ class Method:
     """The option values that make this method's per-token credit uniform while keeping the rest of
     its recipe (sampling, filters, clip, KL, aggregation): its credit-off twin. None: the method's
     credit is already uniform (a baseline), so it has no twin."""
+    placebo_control: ClassVar[bool] = False
+    """Whether the placebo (this method's per-token credit moved to random tokens of the same
+    completion, bench.engine.placebo) is one of its controls: True where the credit selects or weights
+    tokens at the first update; a trace's credit is uniform there (every ratio is 1), so its placebo
+    would be its twin."""
+
+    run_settings: ClassVar[dict[str, Any]] = {}
+    """Run settings (dotted config keys) this method cannot run without, which a generated sweep gives
+    its entry (``creditbench judge``): ARCA's LoRA adapter."""
 
     def __init__(self, config: MethodConfig | None = None):
         self.config = config if config is not None else self.Config()

@@ -168,6 +168,8 @@ class ARCA(GRPO):
     description = "REINFORCE on the group advantage with per-token weights from the LoRA adapter's hidden residual"
     paper = "Adapter-Residual Credit Assignment When Token Signals Degenerate (Lafuente-Mercado 2026), arXiv 2606.00257"
     summary = ("weight_gini", "weight_effective_n_ratio")  # the paper's diagnostics, kept per run
+    placebo_control = True  # its credit selects or weights tokens: the placebo moves them
+    run_settings = {"model.lora.rank": 16, "model.lora.alpha": 32}  # its official code's r, alpha 2r
     twin_options = {"signal": "uniform"}  # every token weighted 1/L under the same LoRA and loss
 
     @property

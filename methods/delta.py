@@ -148,6 +148,7 @@ class DelTA(DAPO):
     Config = DelTAConfig
     needs = frozenset({"hidden_states"})
     description = "DAPO advantage x mean-one token weights from a two-centroid discriminator on (1-p)h"
+    placebo_control = True  # its credit selects or weights tokens: the placebo moves them
     twin_options = {"lam_min": 1.0, "lam_max": 1.0}  # every weight 1: DAPO with this recipe's settings
     paper = "DelTA: Discriminative Token Credit Assignment (Zhang, Wu, Lin 2026), arXiv 2605.21467"
 

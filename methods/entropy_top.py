@@ -72,6 +72,7 @@ class EntropyTopConfig(DAPOConfig):
 class EntropyTop(DAPO):
     Config = EntropyTopConfig
     needs = frozenset({"entropy"})
+    placebo_control = True  # its credit selects or weights tokens: the placebo moves them
     twin_options = {"rho": 1.0}  # every token kept: DAPO with this recipe
     description = "DAPO with the policy gradient only on the top-rho (20%) highest-entropy tokens"
     paper = (

@@ -158,6 +158,7 @@ def rank_weights(divergence: Tensor, mask: Tensor, alpha: float) -> Tensor:  # [
 class GCPO(DAPO):
     Config = GCPOConfig
     description = "DAPO with A_i scaled per token by the rank of its divergence under a 'wrong answer' prompt"
+    placebo_control = True  # its credit selects or weights tokens: the placebo moves them
     twin_options = {"normalization": "hist", "top_fraction": 0.5, "target_mass": 0.5}  # alpha 0: every weight 1
     paper = (
         "Guidance Contrastive Token Credit Assignment for Discrete Policy Optimization "

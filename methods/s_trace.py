@@ -69,6 +69,7 @@ class STraceConfig(PTraceConfig):
 class STrace(PTrace):
     Config = STraceConfig
     needs = frozenset({"entropy"})
+    placebo_control = True  # its credit selects or weights tokens: the placebo moves them
     twin_options = {"rho": 1.0, "weights": "uniform", "clip_target": "full_traced", "hist_clip": None}
     """Every token traced with uniform weights, the whole traced ratio clipped: GSPO's sequence ratio
     (the paper's uniform-credit special case) with this recipe's clip."""

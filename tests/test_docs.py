@@ -204,9 +204,12 @@ def test_recipe_run_the_benchmark(run_recipe):
 
 def test_recipe_add_a_method(run_recipe):
     copy, out = run_recipe("add-a-method.md")
-    assert "early_credit" in out and " passed" in out and " failed" not in out
+    assert "early_credit" in out and " passed" in out and not re.search(r"\b\d+ failed\b", out)  # pytest's count
     summary = (copy / "results" / "early-credit" / "summary.md").read_text()
     assert "| tiny-500k | grpo | 1 |" in summary and "| tiny-500k | early_credit | 1 |" in summary
+    card = (copy / "results" / "judge-early_credit" / "card.md").read_text()  # the judge's, on the shrunk design
+    assert "## `early_credit` vs `early_credit-twin`" in card and "## `early_credit` vs `early_credit-placebo`" in card
+    assert "| per update, tiny-500k | 0.0001 |" in card and "| end to end, pass@1 | tuned |" not in card  # one seed
 
 
 @needs_data

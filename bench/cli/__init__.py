@@ -22,6 +22,7 @@ COMMANDS = {
     "curves": "curves",
     "plots": "plots",
     "credit-probe": "credit_probe",
+    "judge": "judge",
     "credit-maps": "credit_maps",
     "reproduce": "reproduce",
     "docs-tables": "docs_tables",

@@ -64,6 +64,22 @@ def parser() -> ArgumentParser:
     return ap
 
 
+def _spec_design(spec: str) -> dict:
+    """The spec's ``credit_probe`` options, each checked to be one of the probe's."""
+    from bench.errors import CreditBenchError
+    from bench.paired.plan import ProbeOptions
+    from bench.sweep.spec import read_spec
+
+    design = read_spec(spec).credit_probe
+    valid = [f.name for f in dataclasses.fields(ProbeOptions)]
+    unknown = sorted(set(design) - set(valid))
+    if unknown:
+        raise CreditBenchError(
+            f"sweep spec {spec}: credit_probe has no option {unknown[0]!r}; valid: {', '.join(valid)}"
+        )
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in design.items()}
+
+
 def main(argv: list[str]) -> int:
     from bench.errors import CreditBenchError
     from bench.options import build_config
@@ -76,7 +92,10 @@ def main(argv: list[str]) -> int:
     if a.jobs < 1:
         raise CreditBenchError(f"--jobs must be >= 1, got {a.jobs}")
     fields = [f.name for f in dataclasses.fields(ProbeOptions)]
-    options = build_config(ProbeOptions, {k: getattr(a, k) for k in fields}, "credit-probe")
+    given = {k for k in fields if any(t == f"--{k}" or t.startswith(f"--{k}=") for t in argv)}
+    design = _spec_design(a.spec)  # the spec's credit_probe section; a flag given here wins
+    values = {k: getattr(a, k) if k in given or k not in design else design[k] for k in fields}
+    options = build_config(ProbeOptions, values, "credit-probe")
     plan = probe_plan(a.spec, options, a.results_dir)
     out = Path(a.out) if a.out else probe_dir(a.results_dir, plan.sweep)
     if a.report:

@@ -155,7 +155,7 @@ def markdown(data: dict[str, Any]) -> str:
             f"{base['pair_batch_s']:.3f} s before, {per_pair} now, **{data['ratio']:.2f}x** "
             f"({', '.join(map(str, base['batch_s_all']))} s a batch before, {', '.join(map(str, now['batch_s_all']))} "
             "s now). The same records: "
-            + ("**yes**, to the bit" if data["same_records"] else "**no**")
+            + ("**yes**, to the bit" if data["same_records"] else _apart(data.get("apart")))
             + f" ({data['records']} records). A checkpoint's workspace: {base['build_s']:.2f} s before, "
             f"{now['build_s']:.2f} s now."
         )
@@ -176,6 +176,27 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def apart(now: list[dict[str, Any]], before: list[dict[str, Any]]) -> dict[str, float]:
+    """How far two versions' records of the same updates are: the share of batches with the same samples
+    (the batch digest) and the largest difference of their ΔJ, in points."""
+    key = ("reference", "seed", "phase", "batch", "label", "lr")
+    was = {tuple(r[k] for k in key): r for r in before}
+    pairs = [(r, was[tuple(r[k] for k in key)]) for r in now if tuple(r[k] for k in key) in was]
+    same = sum(a["fingerprint"] == b["fingerprint"] for a, b in pairs)
+    return {"records": len(pairs), "same_batches": same / max(len(pairs), 1),
+            "dj_max_abs": max((abs(a["dj"] - b["dj"]) for a, b in pairs), default=float("nan"))}  # fmt: skip
+
+
+def _apart(d: dict[str, float] | None) -> str:
+    if not d:
+        return "**no**"
+    return (
+        f"**no**, in the last bits ({d['same_batches']:.0%} of the batches the same samples; ΔJ at most "
+        f"{d['dj_max_abs']:.1e} points from the baseline's: the update's options that move the bits, "
+        "`rl.old_logprobs` and `rl.packed_update`, bench/config.py)"
+    )
+
+
 def _sizes(rounds: list[dict[str, int]]) -> str:
     return " → ".join(str(sum(r.values())) for r in rounds) + " trajectories"
 
@@ -188,15 +209,16 @@ def notes(data: dict[str, Any]) -> list[str]:
         "What the arms share: one scoring pass per batch where the arms' methods ask for the same scores, "
         "and, among one label's rates, the first minibatch's gradient (the rate acts only at the optimizer "
         "step); the records are the same to the bit (tests/paired/test_paired.py, "
-        "tests/engine/test_first_gradient.py).",
+        "tests/engine/test_first_gradient.py). The behaviour log-probs come from the rollout and the update "
+        "runs on the valid positions only (`rl.old_logprobs`, `rl.packed_update`): what is left of scoring is "
+        "the reference pass where a method's KL term needs it.",
         "",
         f"What is left is arithmetic: J after each arm's update ({j:.3f} s, {j / floor['j']:.1f}x its floor) and "
         f"the updates ({update:.3f} s, {update / floor['update']:.1f}x) run their matrix products near the "
         "machine's rate. Stacking the arms' parameters into one batched pass removes no FLOPs, only some of "
         "the per-operation cost beside them, and on this CPU it does not pay (results/benchmarks/lockstep.md). "
-        "Halving the batch again "
-        "needs less arithmetic at other bits: the behaviour log-probs taken from the rollout, J's prompts "
-        "sharing a prefix, a packed update; each moves the committed probes, which would be regenerated once.",
+        "Less than this needs less arithmetic: J's reference completions share their prompts, whose prefix "
+        "could be computed once (at other bits), and J's passes are most of what is left.",
     ]
 
 
@@ -244,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
         data["baseline"] = summarize(base_runs)
         data["baseline_label"] = args.baseline_label or str(args.baseline)
         data["same_records"] = all(json.dumps(r["records"]) == json.dumps(first["records"]) for r in base_runs)
+        data["apart"] = apart(first["records"], base_runs[0]["records"])
         data["ratio"] = data["now"]["pair_batch_s"] / data["baseline"]["pair_batch_s"]
     data["notes"] = notes(data)
     if args.whole:

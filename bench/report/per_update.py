@@ -225,7 +225,7 @@ def end_to_end(probe: dict[str, Any], sweep_report: dict[str, Any] | None) -> li
     for m, cs in (probe["plan"].get("credit_controls") or {}).items():
         for c in cs:
             r = rows.get((m, c, on))
-            if r is None:  # a label without runs: the family has no row for the pair
+            if r is None or r["diff"].get("lo") is None:  # no runs of a label, or too few seeds for an interval
                 continue
             out.append({"method": m, "control": c, "diff": 100 * r["diff"]["value"], "lo": 100 * r["diff"]["lo"],
                         "hi": 100 * r["diff"]["hi"], "interval": r["interval"], "p_holm": r["p_holm"],

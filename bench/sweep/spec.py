@@ -107,6 +107,10 @@ class SweepSpec:
     """Add beside every method entry whose credit is not uniform its credit-off twin (``twin``: label
     <label>-twin, the method's declared twin options over the entry's) and its placebo (``placebo``:
     <label>-placebo), with the entry's overrides; each method is then compared with them first."""
+    credit_probe: dict[str, Any] = field(default_factory=dict)
+    """The credit probe's design for this sweep (``creditbench credit-probe``, ``judge``, ``sweep
+    --credit_probe``): options of bench.paired.plan.ProbeOptions (batches, first, step, cap, lrs, ...);
+    a flag on the command line overrides one."""
 
     def __post_init__(self) -> None:
         check(

@@ -43,3 +43,6 @@ def test_end_to_end_is_keyed_by_pair_model_and_task():
     assert [(r["method"], r["control"], round(r["diff"], 6)) for r in rows] == [("s", "s-twin", 2.0),
                                                                               ("s", "s-placebo", 3.0)]  # fmt: skip
     assert end_to_end(probe, None) == [] and end_to_end({**probe, "task": "other"}, report) == []
+    for _, row in made:  # a sweep of fewer than 3 seeds has no intervals: nothing to set beside the probe
+        row["diff"].update(lo=None, hi=None)
+    assert end_to_end(probe, report) == []

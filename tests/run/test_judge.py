@@ -1,0 +1,127 @@
+"""``creditbench judge``'s spec (bench.sweep.judge): every credit method against its credit-off twin, and
+its placebo where its credit selects or weights tokens, with the template's design; bad input refused in
+one line with nothing left behind; a second judge of the same thing resumes, another is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.cli import judge as judge_cli
+from bench.errors import CreditBenchError
+from bench.registry import METHODS
+from bench.sweep.judge import KEPT, judged, spec, write_spec
+from bench.sweep.sweep import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CREDIT = [n for n in METHODS.names() if METHODS.get(n).twin_options is not None]
+
+
+@pytest.fixture
+def template(tmp_path) -> Path:
+    """The flagship's spec in a sweeps folder of its own (its base config named by absolute path)."""
+    d = yaml.safe_load((ROOT / "results/sweeps/embedded.yaml").read_text())
+    d["base"] = str(ROOT / "results/configs/embedded_grpo.yaml")
+    path = tmp_path / "sweeps" / "embedded.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(d))
+    return path
+
+
+def test_the_credit_methods_are_the_ones_with_a_twin():
+    assert set(CREDIT) == {"arca", "delta", "entropy_top", "fipo", "gcpo", "grpo_lambda", "p_trace", "s_trace"}
+    placebo = {n for n in CREDIT if METHODS.get(n).placebo_control}
+    assert placebo == {"arca", "delta", "entropy_top", "gcpo", "s_trace"}  # traces: their credit is 1 at ratio 1
+
+
+@pytest.mark.parametrize("name", CREDIT)
+def test_every_credit_method_is_set_against_its_twin_and_placebo(name, template):
+    cls = METHODS.get(name)
+    j = judged(name)
+    path, written = write_spec(j, template)
+    assert written and path == template.parent / f"judge-{name}.yaml"
+    sweep = load_spec(path, template.parent.parent / "results")
+    controls = ["twin", "placebo"] if cls.placebo_control else ["twin"]
+    assert sorted({r.label for r in sweep.runs}) == sorted([name, *(f"{name}-{c}" for c in controls)])
+    assert sweep.spec.analysis.credit_controls == {name: [f"{name}-{c}" for c in controls]}
+    twin = next(r.cfg for r in sweep.runs if r.label == f"{name}-twin")
+    assert {k: twin.method.options[k] for k in cls.twin_options} == cls.twin_options  # the method's own off switch
+    assert twin.method.name == name and not twin.method.placebo
+    if "placebo" in controls:
+        placebo = next(r.cfg for r in sweep.runs if r.label == f"{name}-placebo")
+        assert placebo.method.placebo and placebo.method.options == {}
+    assert {(r.cfg.model.name, r.cfg.task.name) for r in sweep.runs} == {("tiny-500k", "chain")}
+    assert {r.cfg.model.lora.rank for r in sweep.runs} == {16 if name == "arca" else 0}  # ARCA under LoRA
+
+
+def test_the_spec_keeps_the_templates_design(template):
+    j = judged("grpo_lambda", {"lam": 0.9}, label="lam09", sizes=("tiny-2m", "tiny-8m"))
+    d, t = spec(j, template), yaml.safe_load(template.read_text())
+    assert {k: d[k] for k in KEPT if k in t} == {k: t[k] for k in KEPT if k in t} and "credit_probe" not in d
+    assert d["name"] == "judge-lam09" and d["tasks"] == ["chain"] and d["models"] == ["tiny-2m"]
+    assert d["methods"] == [
+        {"name": "grpo_lambda", "credit_controls": ["twin"], "label": "lam09", "options": {"lam": 0.9}}
+    ]
+    assert d["baseline"] == "lam09-twin" and d["analysis"]["pilot"] == "embedded"
+    assert "pilot" not in spec(judged("grpo_lambda", task="arithmetic"), template)["analysis"]  # another task's
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["grpo"], "grpo has no credit-off twin .* judge compares a credit method with its twin: arca, delta"),
+        (["nosuch"], "unknown method 'nosuch'. Valid methods: arca, dapo"),
+        (["entropy_top", "--options", "{rhoo: 0.5}"], "no option 'rhoo'. Did you mean 'rho'"),
+        (["entropy_top", "--options", "[1, 2]"], "--options must be a YAML mapping"),
+        (["entropy_top", "--options", "{a: [}"], "--options is not YAML"),
+        (["entropy_top", "--controls", "placebo"], "--controls must name twin"),
+        (["entropy_top", "--label", "a/b"], "--label must be letters"),
+        (["entropy_top", "--sizes", ","], "--sizes needs at least one"),
+        (["entropy_top", "--jobs", "0"], "--jobs must be >= 1"),
+        (["entropy_top", "--template", "nope.yaml"], "--template nope.yaml not found"),
+    ],
+)
+def test_bad_input_fails_in_one_line(args, message, template):
+    args = [*args, "--dry_run"] + ([] if "--template" in args else ["--template", str(template)])
+    with pytest.raises(CreditBenchError, match=message):
+        judge_cli.main(args)
+    assert sorted(p.name for p in template.parent.iterdir()) == ["embedded.yaml"]  # nothing written
+
+
+def test_a_task_without_reference_completions_fails_before_anything_runs(template, monkeypatch):
+    monkeypatch.setenv("CREDITBENCH_DATA", str(ROOT.parent / "shared" / "data"))
+    with pytest.raises(CreditBenchError, match="task 'gsm8k' has no reference completion"):
+        judge_cli.main(["grpo_lambda", "--task", "gsm8k", "--dry_run", "--template", str(template)])
+    assert sorted(p.name for p in template.parent.iterdir()) == ["embedded.yaml"]  # its spec removed again
+
+
+def test_a_second_judge_resumes_and_other_settings_are_refused(template):
+    path, written = write_spec(judged("delta"), template)
+    text = path.read_text()
+    assert written and text.startswith("# creditbench judge delta")
+    assert write_spec(judged("delta"), template) == (path, False)  # the same: resumed
+    with pytest.raises(CreditBenchError, match="judge-delta.yaml exists with other settings: give another --label"):
+        write_spec(judged("delta", {"lam_min": 0.5}), template)
+    assert path.read_text() == text  # not overwritten
+    other, _ = write_spec(judged("delta", {"lam_min": 0.5}, label="delta-05"), template)
+    assert other.name == "judge-delta-05.yaml"
+
+
+def test_the_specs_probe_design_is_the_probes_and_a_flag_overrides_it(template, capsys):
+    """A template's credit_probe section travels into the judge's spec, and the probe reads it."""
+    from bench.cli import credit_probe
+
+    t = yaml.safe_load(template.read_text())
+    template.write_text(yaml.safe_dump({**t, "credit_probe": {"first": 3, "cap": 3, "lrs": [1.0e-4]}}))
+    path, _ = write_spec(judged("grpo_lambda"), template)
+    assert yaml.safe_load(path.read_text())["credit_probe"] == {"first": 3, "cap": 3, "lrs": [1.0e-4]}
+    credit_probe.main([str(path), "--dry_run"])
+    assert "at the cap (3 trajectories per pair)" in capsys.readouterr().out
+    credit_probe.main([str(path), "--dry_run", "--cap", "6"])
+    assert "at the cap (6 trajectories per pair)" in capsys.readouterr().out
+    bad = template.parent / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "name": "bad", "credit_probe": {"capp": 3}}))
+    with pytest.raises(CreditBenchError, match="credit_probe has no option 'capp'; valid: batches"):
+        credit_probe.main([str(bad), "--dry_run"])
