@@ -293,6 +293,7 @@ class Scored:
 
     fused: bool
     adapter_off: Scores | None = None
+    from_rollout: bool = False  # the behaviour log-probs are the rollout's (rl.old_logprobs), not a pass's
 
 
 def forward(model, batch: RolloutBatch, rl: RLConfig, with_entropy: bool, **kw) -> Scores:
@@ -327,24 +328,27 @@ def score_batch(
     Under a token budget (``rl.micro_batch_tokens``) the passes run one micro-batch at a time and
     their outputs are written back into the batch's tensors (a fused update never splits)."""
     fused = is_fused(batch, rl) if fused is None else fused
+    rollout = not fused and _from_rollout(method, batch, rl)
     parts = microbatch.split(batch, 0 if fused else rl.micro_batch_tokens)
     if len(parts) == 1:
-        return Scored(fused, _score_part(policy, ref_policy, method, batch, rl, fused))
+        return Scored(fused, _score_part(policy, ref_policy, method, batch, rl, fused, rollout), rollout)
     for index in parts:
         part = batch.select(index)
-        _score_part(policy, ref_policy, method, part, rl, fused=False)
+        _score_part(policy, ref_policy, method, part, rl, False, rollout)
         microbatch.write_back(batch, part, index)
-    return Scored(fused)
+    return Scored(fused, from_rollout=rollout)
 
 
-def _score_part(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLConfig, fused: bool) -> Scores | None:
+def _score_part(
+    policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLConfig, fused: bool, rollout: bool
+) -> Scores | None:
     req = method.required
     separate = "hidden_residual_separate" in req  # the adapter-on states from their own pass even when fused
     hidden = "hidden_residual" in req or separate
     pol = None
-    own = "ref_kl" in req or hidden or "hidden_states" in req  # what only a pass of the policy gives
-    rollout = not fused and not own and rl.old_logprobs != "rescore" and _from_rollout(batch)  # no policy pass
-    if not rollout and (not fused or "ref_kl" in req or separate):
+    if rollout:  # the behaviour log-probs and entropies the rollout recorded: no pass of the policy
+        batch.old_logprobs, batch.entropy = batch.extra["behaviour_logprobs"], batch.extra["behaviour_entropy"]
+    elif not fused or "ref_kl" in req or separate:
         with_hidden = hidden or "hidden_states" in req
         pol = forward(policy, batch, rl, with_entropy=True, with_logits="ref_kl" in req, with_hidden=with_hidden)
         batch.old_logprobs, batch.entropy = pol.logprobs, pol.entropy
@@ -364,15 +368,15 @@ def _score_part(policy, ref_policy, method: Method, batch: RolloutBatch, rl: RLC
     return r if hidden and fused and not separate else None
 
 
-def _from_rollout(batch: RolloutBatch) -> bool:
-    """Set the batch's behaviour log-probs and entropies from what its rollout recorded (sampling.BEHAVIOUR),
-    where it recorded them for every completion token; whether it did."""
+def _from_rollout(method: Method, batch: RolloutBatch, rl: RLConfig) -> bool:
+    """Whether the behaviour log-probs and entropies come from what the rollout recorded (sampling.BEHAVIOUR;
+    ``rl.old_logprobs``): it recorded them for every completion token, and the method asks for nothing
+    only a pass of the policy gives (the exact KL's logits, hidden states)."""
+    own = method.required & {"ref_kl", "hidden_residual", "hidden_residual_separate", "hidden_states"}
     lp, ent = batch.extra.get("behaviour_logprobs"), batch.extra.get("behaviour_entropy")
-    known = lp is not None and ent is not None and lp.shape == batch.completion_mask.shape
-    if known and bool(torch.isfinite(lp[batch.completion_mask.bool()]).all()):
-        batch.old_logprobs, batch.entropy = lp, ent
-        return True
-    return False
+    if own or rl.old_logprobs == "rescore" or lp is None or ent is None or lp.shape != batch.completion_mask.shape:
+        return False
+    return bool(torch.isfinite(lp[batch.completion_mask.bool()]).all())
 
 
 def is_fused(batch: RolloutBatch, rl: RLConfig) -> bool:

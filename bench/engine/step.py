@@ -170,7 +170,7 @@ def update(
             c = credit if rows is None else credit[rows]
             method.on_minibatch(mb)
             first = epoch == 0 and index == 0  # before any update: ratio 1, so this is the credit as designed
-            m = _Minibatch(mb, c, trained=s, first=first)
+            m = _Minibatch(mb, c, trained=s, first=first, on_policy=first and scored.from_rollout)
             if first and opt.first_gradient is not None and not scored.fused:
                 grads = opt.first_gradient.take(policy, lambda m=m: _gradient(policy, method, m, rl=rl, opt=opt))
             else:
@@ -236,6 +236,11 @@ class _Minibatch:
     credit: Tensor  # [b, T]
     trained: Scores | None
     first: bool
+    on_policy: bool = False
+    """The behaviour log-probs are the rollout's and the policy has not moved: each part's own forward
+    (detached) gives them, so every ratio is exactly 1, as where a scoring pass gave them. The rollout's
+    differ from the forward's in float rounding, and a loss whose two branches tie at ratio 1 (P-trace's
+    and S-trace's current-token clip) would take either branch by that rounding."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +270,8 @@ def _gradient(policy, method: Method, m: _Minibatch, *, rl: RLConfig, opt: Optim
             if m.trained is not None
             else forward(policy, part.batch, rl, with_entropy=False, with_hidden=False)
         )
+        if m.on_policy:
+            part.batch.old_logprobs = s.logprobs.detach()
         out = method.loss(part.batch, s.logprobs, part.credit)
         mask = _loss_mask(out, part.batch)  # [b, T]
         if counts is None:  # the minibatch in one part: the global counts of its own loss mask

@@ -146,6 +146,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "code": runs[0]["code"],
         "run": runs[0]["run"],
         "packed_update": runs[0].get("packed_update", False),
+        "old_logprobs": runs[0].get("old_logprobs", "rescore"),
     }
 
 
@@ -291,10 +292,16 @@ def notes(data: dict[str, Any]) -> list[str]:
         "cache's concatenation) whose fixed cost is comparable to the arithmetic. Finished rows are no longer "
         "computed and the module machinery is gone (bench.engine.rollout.lean_decode); the rest is per-operation "
         "cost.",
-        "- **scoring**: with two minibatches the behaviour log-probs come from the rollout's decode steps where it "
-        "records them (`rl.old_logprobs`); what is left is the reference pass of the KL term, on the valid "
-        "positions only (bench.engine.lean_forward, the same bits): the per-operation cost and attention, whose "
-        "CPU kernel is slow at head size 32 beside its few FLOPs.",
+        "- **scoring**: "
+        + (
+            "the behaviour log-probs come from the rollout's decode steps (`rl.old_logprobs`); what is left is "
+            "the reference pass of the KL term"
+            if data["now"].get("old_logprobs", "rescore") != "rescore"
+            else "the behaviour pass and the reference pass of the KL term (`rl.old_logprobs: rollout` takes the "
+            "first from the decode steps)"
+        )
+        + ", on the valid positions only (bench.engine.lean_forward, the same bits): the per-operation cost and "
+        "attention, whose CPU kernel is slow at head size 32 beside its few FLOPs.",
         "- **fixed**: MLflow logging (parameters, metrics, the per-problem and completion tables), Lightning's "
         "loop, the run's one-off credit map (its FLOPs are the 11 GFLOP counted here) and the record.",
         "",

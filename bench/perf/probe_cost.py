@@ -60,13 +60,13 @@ def _env(code: Path) -> dict[str, str]:
     return env | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
-def measure(code: Path, args) -> dict[str, Any]:
-    """One measured process with the code at ``code``."""
+def measure(code: Path, args, settings: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One measured process with the code at ``code`` (``settings``: RL options ``rl.KEY=VALUE`` of every label)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "batches.json"
         cmd = [sys.executable, str(WORKER), str(path), "--spec", args.spec, "--reference", args.reference]
         cmd += ["--seed", str(args.seed), "--phase", str(args.phase), "--batches", str(args.batches)]
-        cmd += ["--blame", str(args.blame)]
+        cmd += ["--blame", str(args.blame)] + [f"--set={s}" for s in settings]
         done = subprocess.run(cmd, cwd=code, env=_env(code), capture_output=True, text=True)
         if done.returncode != 0:  # its last line says why (an unknown reference: the valid ones)
             last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
@@ -137,15 +137,20 @@ def markdown(data: dict[str, Any]) -> str:
         "docstring).",
         "",
     ]
-    header = ["phase"] + (["CPU s before"] if base else []) + ["CPU s now", "floor s", "now / floor"]
+    opt = data.get("options")
+    header = ["phase"] + (["CPU s before"] if base else []) + ["CPU s now"] + (["with the options"] if opt else [])
+    header += ["floor s", "now / floor"]
     rows = []
     for p in PHASES:
         ratio = f"{now['phases'][p] / floor[p]:.1f}x" if floor[p] else "no floor counted"
         before = [f"{base['phases'][p]:.3f}"] if base else []
-        rows.append([LABELS[p], *before, f"{now['phases'][p]:.3f}", f"{floor[p]:.3f}", ratio])
+        options = [f"{opt['phases'][p]:.3f}"] if opt else []
+        rows.append([LABELS[p], *before, f"{now['phases'][p]:.3f}", *options, f"{floor[p]:.3f}", ratio])
     total = sum(floor.values())
     before = [f"**{base['batch_s']:.3f}**"] if base else []
-    rows.append(["**a batch**", *before, f"**{now['batch_s']:.3f}**", f"{total:.3f}", f"{now['batch_s'] / total:.1f}x"])
+    options = [f"**{opt['batch_s']:.3f}**"] if opt else []
+    rows.append(["**a batch**", *before, f"**{now['batch_s']:.3f}**", *options, f"{total:.3f}",
+                 f"{now['batch_s'] / total:.1f}x"])  # fmt: skip
     lines += md_table(header, rows, "l" + "r" * (len(header) - 1))
     lines.append("")
     per_pair = f"{now['pair_batch_s']:.3f} s"
@@ -162,6 +167,15 @@ def markdown(data: dict[str, Any]) -> str:
     else:
         lines.append(f"Per (pair, batch): {per_pair}. A checkpoint's workspace: {now['build_s']:.2f} s.")
     lines.append("")
+    if opt:
+        against = f", **{opt['pair_batch_s'] / base['pair_batch_s']:.2f}x** the baseline's" if base else ""
+        lines += [
+            f"With the options ({', '.join(f'`{s}`' for s in data['settings'])}): {opt['pair_batch_s']:.3f} s per "
+            f"(pair, batch), {opt['pair_batch_s'] / now['pair_batch_s']:.2f}x now's{against}; their records "
+            + _apart(data["options_apart"]).removeprefix("**no**, ").removeprefix("**no**")
+            + ".",
+            "",
+        ]
     lines += data["notes"]
     w = data.get("whole")
     if w:
@@ -209,9 +223,10 @@ def notes(data: dict[str, Any]) -> list[str]:
         "What the arms share: one scoring pass per batch where the arms' methods ask for the same scores, "
         "and, among one label's rates, the first minibatch's gradient (the rate acts only at the optimizer "
         "step); the records are the same to the bit (tests/paired/test_paired.py, "
-        "tests/engine/test_first_gradient.py). The behaviour log-probs come from the rollout and the update "
-        "runs on the valid positions only (`rl.old_logprobs`, `rl.packed_update`): what is left of scoring is "
-        "the reference pass where a method's KL term needs it.",
+        "tests/engine/test_first_gradient.py). `rl.old_logprobs: rollout` and `rl.packed_update` (off by "
+        "default: they move the bits) take the behaviour log-probs from the rollout and run the update on the "
+        "valid positions only; what is then left of scoring is the reference pass where a method's KL term "
+        "needs it.",
         "",
         f"What is left is arithmetic: J after each arm's update ({j:.3f} s, {j / floor['j']:.1f}x its floor) and "
         f"the updates ({update:.3f} s, {update / floor['update']:.1f}x) run their matrix products near the "
@@ -234,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", default=None, help="a checkout of older code to measure the same batches with")
     ap.add_argument("--baseline_label", default=None, help="what to call it in the report (its commit)")
     ap.add_argument("--whole", action="store_true", help="also rerun the whole probe and compare it")
+    ap.add_argument("--set", action="append", default=[], help="rl.KEY=VALUE: also measure with this RL option")
     ap.add_argument("--out", default="results/benchmarks")
     args = ap.parse_args(argv)
     for name in ("repeats", "batches"):
@@ -245,11 +261,13 @@ def main(argv: list[str] | None = None) -> None:
             "with `git worktree add PATH COMMIT`"
         )
     here = Path(__file__).resolve().parents[2]
-    base_runs, now_runs = [], []
+    base_runs, now_runs, opt_runs = [], [], []
     for _ in range(args.repeats):
         if args.baseline:
             base_runs.append(measure(Path(args.baseline).resolve(), args))
         now_runs.append(measure(here, args))
+        if args.set:
+            opt_runs.append(measure(here, args, tuple(args.set)))
     first = now_runs[0]
     rate = gemm_rate()
     data: dict[str, Any] = {
@@ -268,6 +286,9 @@ def main(argv: list[str] | None = None) -> None:
         data["same_records"] = all(json.dumps(r["records"]) == json.dumps(first["records"]) for r in base_runs)
         data["apart"] = apart(first["records"], base_runs[0]["records"])
         data["ratio"] = data["now"]["pair_batch_s"] / data["baseline"]["pair_batch_s"]
+    if opt_runs:
+        data["options"], data["settings"] = summarize(opt_runs), list(args.set)
+        data["options_apart"] = apart(opt_runs[0]["records"], first["records"])
     data["notes"] = notes(data)
     if args.whole:
         data["whole"] = whole(args.spec)

@@ -118,7 +118,8 @@ def test_a_forced_prefix_leaves_the_completed_rows_unknown(tiny):
     out = sampler.complete(batch, index, [batch.completion_ids[0, :2], batch.completion_ids[3, :1]])
     assert bool(out.extra[BEHAVIOUR[0]].isnan().all())
     merged = RolloutBatch.concat([batch, out])
-    assert not scoring._from_rollout(merged)  # rescored as a whole
+    grpo, rl = METHODS.get("grpo")(METHODS.get("grpo").Config(kl_coef=0.0)), _rl(old_logprobs="rollout")
+    assert scoring._from_rollout(grpo, batch, rl) and not scoring._from_rollout(grpo, merged, rl)  # rescored whole
 
 
 def _updated(model, batch: RolloutBatch, rl: RLConfig):
@@ -149,6 +150,36 @@ def test_an_update_with_the_option_is_the_update_without_it_to_float_rounding(ti
     assert moved > 1e-2  # the update moves the weights (lr 1e-3, two optimizer steps)
     assert apart < 1e-3 * moved
     assert plain_stats["train/clip_frac"] == pytest.approx(other_stats["train/clip_frac"], abs=1e-6)
+
+
+def _first_minibatch(model, batch: RolloutBatch, name: str, rl: RLConfig) -> dict[str, float]:
+    """The credit diagnostics of ``name``'s first minibatch (the gradient on each token's log-prob, before
+    any step), and the loss."""
+    policy = copy.deepcopy(model).train()
+    method = METHODS.get(name)(METHODS.get(name).Config())
+    opt, sched = make_optimizer(policy, rl)
+    with torch.random.fork_rng():
+        torch.manual_seed(7)
+        scored = score_batch(policy, None, method, batch, rl=rl)
+        stats = update(policy, method, batch, rl, opt=Optimization(opt, sched), scored=scored)
+    return {k: v for k, v in stats.items() if k.startswith("credit/")}
+
+
+def test_the_first_minibatch_is_on_policy_to_the_bit_with_the_rollouts_log_probs(tiny):
+    """P-trace's current-token clip ties its two branches at ratio 1 and takes the traced one, so the
+    history gets its gradient; the rollout's log-probs are off by rounding, which would break the tie
+    either way token by token. The first minibatch takes its own forward's instead: the same credit,
+    to the bit, as with a scoring pass."""
+    model, tok = tiny
+    batch = _rollout(model, tok, 1.0, True)
+    batch.rewards = torch.arange(batch.size, dtype=torch.float32) % 3  # mixed rewards in every group
+    rescored = _first_minibatch(model, copy.deepcopy(batch), "p_trace", _rl())
+    rolled = _first_minibatch(model, copy.deepcopy(batch), "p_trace", _rl(old_logprobs="rollout"))
+    assert rescored and rescored == rolled
+    lp = batch.extra[BEHAVIOUR[0]]
+    with torch.no_grad():
+        s = score(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, 1.0)
+    assert bool((lp != s.logprobs)[batch.completion_mask.bool()].any())  # the rollout's are not the pass's bits
 
 
 def test_the_packed_forward_gives_the_same_log_probs_and_input_gradients(tiny):
@@ -185,10 +216,13 @@ def test_auto_records_where_the_update_is_not_fused_and_the_engine_can():
     class Other:
         separate = False
 
-    assert records_behaviour(hf, RLConfig(minibatches=2)) and records_behaviour(hf, RLConfig(ppo_epochs=2))
-    assert not records_behaviour(hf, RLConfig())  # fused: the training forward gives them
-    assert not records_behaviour(hf, RLConfig(minibatches=2, old_logprobs="rescore"))
-    assert not records_behaviour(Other(), RLConfig(minibatches=2))
+    auto = {"old_logprobs": "auto"}
+    assert records_behaviour(hf, RLConfig(minibatches=2, **auto)) and records_behaviour(
+        hf, RLConfig(ppo_epochs=2, **auto)
+    )
+    assert not records_behaviour(hf, RLConfig(**auto))  # fused: the training forward gives them
+    assert not records_behaviour(hf, RLConfig(minibatches=2))  # the default: rescored
+    assert not records_behaviour(Other(), RLConfig(minibatches=2, **auto))
 
 
 def test_a_run_made_before_the_options_keeps_its_identity():
@@ -205,7 +239,7 @@ def test_a_run_made_before_the_options_keeps_its_identity():
         d["rl"].pop(key)
     assert config_hash(before) == hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
     hashes = {config_hash(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **o))) for o in (
-        {"old_logprobs": "rescore", "packed_update": False}, {"old_logprobs": "rollout"}, {"packed_update": False},
+        {"old_logprobs": "rescore", "packed_update": False}, {"old_logprobs": "rollout"}, {"packed_update": True},
         {"old_logprobs": "auto", "packed_update": True})}  # fmt: skip
     assert len(hashes) == 4
     from bench.sweep.sweep import load_spec

@@ -200,21 +200,6 @@ def instrument(meter: Meter, tokens: Tokens) -> None:
         cls._generate = generated
 
 
-def with_options(cfg, settings: list[str]):
-    """``cfg`` with the RL options ``settings`` (``rl.KEY=VALUE``, the value read as YAML)."""
-    import dataclasses
-
-    import yaml
-
-    options = {}
-    for s in settings:
-        key, _, value = s.partition("=")
-        if not key.startswith("rl.") or not value:
-            raise SystemExit(f"flagship_run: --set takes rl.KEY=VALUE, got {s!r}")
-        options[key[3:]] = yaml.safe_load(value)
-    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **options)) if options else cfg
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -252,8 +237,11 @@ def main() -> int:
             print(f"flagship_run: no run of label {name!r} and seed {args.seed} in {args.spec}; labels: {valid}",
                   file=sys.stderr)  # fmt: skip
             return 2
-    for r in pick.values():
-        r.cfg = with_options(r.cfg, args.set)
+    if args.set:  # RL options of both runs (a baseline checkout is never given any)
+        from bench.perf.rl_settings import with_rl_settings
+
+        for r in pick.values():
+            r.cfg = with_rl_settings(r.cfg, args.set)
     run(pick[args.warm_label].cfg, progress=False)
     meter = Meter()
     tokens = Tokens(meter)
@@ -289,6 +277,7 @@ def main() -> int:
         "history": [h["eval"] for h in result["history"]],
         "threads": torch.get_num_threads(),
         "packed_update": getattr(cfg.rl, "packed_update", False),  # older code: the padded layout
+        "old_logprobs": getattr(cfg.rl, "old_logprobs", "rescore"),
         "ops": ops.seconds if ops else None,
         "result": {k: v for k, v in result.items() if k not in ("wall_s", "mlflow_run_id", "fingerprint")},
     }

@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--phase", type=float, required=True)
     ap.add_argument("--batches", type=int, required=True)
     ap.add_argument("--blame", type=int, required=True)
+    ap.add_argument("--set", action="append", default=[], help="rl.KEY=VALUE: an RL option of every label")
     args = ap.parse_args()
 
     import torch
@@ -62,6 +63,11 @@ def main() -> None:
 
     keep_generated_splits(True)
     plan = probe_plan(args.spec, ProbeOptions(phases=(args.phase,)))
+    if args.set:  # RL options of every label (a baseline checkout is never given any)
+        from bench.perf.rl_settings import with_rl_settings
+
+        for label, cfg in plan.labels.items():
+            plan.labels[label] = with_rl_settings(cfg, args.set)
     groups = dict(plan.groups())
     if args.reference not in groups:
         raise SystemExit(f"unknown reference {args.reference!r}: give one of {', '.join(groups)}")
