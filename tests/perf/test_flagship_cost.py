@@ -108,6 +108,25 @@ def test_the_committed_report_is_rebuilt_from_its_json():
     assert data["differences"] == [] and data["compared"] > 500  # the engine changes kept every number
     assert set(data["now"]["phases"]) == set(fc.PHASES)
     assert data["ops"]["update"]["matmul"] > 0  # the matrix products were timed
+    # the options that move the bits, measured beside it: less time, and only last bits moved
+    assert data["settings"] == ["rl.old_logprobs=auto", "rl.packed_update=true"]
+    assert (
+        data["options"]["cpu_s"] < data["now"]["cpu_s"]
+        and data["options"]["phases"]["scoring"] < 0.7 * data["now"]["phases"]["scoring"]
+    )
+    assert 0 < len(data["options_differences"]) < 0.05 * data["options_compared"]
+
+
+def test_rl_settings_are_checked_in_one_line():
+    from bench.config import RunConfig
+    from bench.errors import CreditBenchError
+    from bench.perf.rl_settings import with_rl_settings
+
+    cfg = with_rl_settings(RunConfig(), ["rl.old_logprobs=auto", "rl.packed_update=true"])
+    assert (cfg.rl.old_logprobs, cfg.rl.packed_update) == ("auto", True)
+    for bad in ("old_logprobs=auto", "rl.nope=1", "rl.packed_update="):
+        with pytest.raises(CreditBenchError, match="--set takes rl.KEY=VALUE with KEY an RL option"):
+            with_rl_settings(RunConfig(), [bad])
 
 
 @pytest.mark.slow

@@ -86,4 +86,6 @@ def test_the_committed_report_is_rebuilt_from_its_json():
     committed = (ROOT / "results" / "benchmarks" / "probe_cost.md").read_text()
     assert pc.markdown(data).rstrip("\n") + "\n" == committed
     assert data["same_records"] and data["ratio"] < 1  # the shared work kept every record
+    apart = data["options_apart"]  # the options that move the bits moved only the last ones
+    assert apart["same_batches"] == 1.0 and apart["dj_max_abs"] < 1e-3 and apart["records"] == data["records"]
     assert data.get("whole") is None or data["whole"]["same"]
