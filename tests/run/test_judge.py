@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shared_data import DATA, needs_data
 
 from bench.cli import judge as judge_cli
 from bench.errors import CreditBenchError
@@ -90,8 +91,9 @@ def test_bad_input_fails_in_one_line(args, message, template):
     assert sorted(p.name for p in template.parent.iterdir()) == ["embedded.yaml"]  # nothing written
 
 
+@needs_data
 def test_a_task_without_reference_completions_fails_before_anything_runs(template, monkeypatch):
-    monkeypatch.setenv("CREDITBENCH_DATA", str(ROOT.parent / "shared" / "data"))
+    monkeypatch.setenv("CREDITBENCH_DATA", str(DATA))
     with pytest.raises(CreditBenchError, match="task 'gsm8k' has no reference completion"):
         judge_cli.main(["grpo_lambda", "--task", "gsm8k", "--dry_run", "--template", str(template)])
     assert sorted(p.name for p in template.parent.iterdir()) == ["embedded.yaml"]  # its spec removed again
