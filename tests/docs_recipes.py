@@ -9,8 +9,8 @@ What the copy changes, and nothing else (the commands themselves run verbatim):
 2. Before every block, each sweep spec under ``results/sweeps/`` and ``results/papers/`` is shrunk
    (:func:`shrink_spec`): one seed (no rounds), at most two methods (the baseline and the last one listed), one
    model, one RL step of 2 prompts x G=4, a few eval problems, 16 new tokens, one process, fp32
-   with HF generation, tuning at two rates on one seed, the credit probe at 2 batches a checkpoint and
-   one look at 3 trajectories. The
+   with HF generation, tuning at two rates on one seed, the credit probe at one checkpoint and one rate,
+   2 batches, one look at 3 trajectories. The
    arithmetic task takes tests/tiny_sweep.py's easy options and short
    warm-start, so every recipe shares one cached warm-start with the sweep tests.
 3. A Hub model (the tests run offline) is replaced by a randomly initialised tiny
@@ -149,7 +149,8 @@ def shrink_spec(spec: dict[str, Any], root: Path) -> dict[str, Any]:
         "batch_problems": 2,
     }
     out["overrides"] = {**(spec.get("overrides") or {}), **SHRINK}
-    out["credit_probe"] = {"batches": 2, "blame_batches": 1, "first": 3, "cap": 3}  # one look at 3 trajectories
+    # the probe: one checkpoint, one rate, 2 batches, one look at 3 trajectories
+    out["credit_probe"] = {"batches": 2, "blame_batches": 1, "first": 3, "cap": 3, "phases": [1.0], "lrs": [1.0e-4]}
     if spec.get("tune"):  # two rates on one tuning seed
         out["tune"] = {**spec["tune"], "lr": list(spec["tune"]["lr"])[:2], "seeds": list(spec["tune"]["seeds"])[:1]}
     out["threads"] = 1
