@@ -162,6 +162,10 @@ class RLConfig:
         )
         check(self.lr > 0, f"rl.lr must be > 0, got {self.lr}")
         check(self.grad_clip >= 0, f"rl.grad_clip must be >= 0, got {self.grad_clip}")
+        check(
+            self.old_logprobs in ("auto", "rescore", "rollout"),
+            f"rl.old_logprobs must be one of auto, rescore, rollout, got {self.old_logprobs!r}",
+        )
         check(self.warmup_steps >= 0, f"rl.warmup_steps must be >= 0, got {self.warmup_steps}")
         check(self.budget_samples >= 0, f"rl.budget_samples must be >= 0, got {self.budget_samples}")
         check(self.budget_tokens >= 0, f"rl.budget_tokens must be >= 0, got {self.budget_tokens}")

@@ -298,8 +298,8 @@ class Behaviour:
     """The sampling policy's log-prob of each sampled token and the entropy of its distribution, at the
     temperature the trainer scores with (``sampling.temperature``, 1 when greedy), from the logits the
     decode step sampled from: ``logprobs`` and ``entropy`` [B, T], 0 past each row's completion. The
-    same functions as the scoring pass (bench.numerics), on a decode step's logits (its KV cache) in
-    place of a whole-sequence forward's: equal to float rounding."""
+    scoring pass's quantities (bench.numerics), on a decode step's logits (its KV cache) in place of a
+    whole-sequence forward's: equal to float rounding."""
 
     def __init__(self, B: int, max_new_tokens: int, sampling: SamplingConfig, device) -> None:
         self.temperature = sampling.temperature or 1.0
@@ -307,11 +307,11 @@ class Behaviour:
         self.entropy = torch.zeros(B, max_new_tokens, device=device)
 
     def add(self, t: int, logits: Tensor, tokens: Tensor, rows: Tensor | None) -> None:
-        """Step ``t``: ``logits`` [r, V] of ``rows`` (None: every row), the ``tokens`` [r] they drew."""
-        from bench.numerics import entropy_from_logits, token_logprobs
-
-        lp = token_logprobs(logits[:, None], tokens[:, None], self.temperature)[:, 0]
-        ent = entropy_from_logits(logits[:, None], self.temperature)[:, 0]
+        """Step ``t``: ``logits`` [r, V] of ``rows`` (None: every row), the ``tokens`` [r] they drew: one
+        log-softmax gives both the token's log-prob and the entropy."""
+        logp = torch.log_softmax(logits.float() / self.temperature, -1)  # [r, V]
+        lp = logp.gather(-1, tokens[:, None])[:, 0]
+        ent = -(logp.exp() * logp).sum(-1)  # bench.numerics.entropy_from_logits, from the same log-softmax
         if rows is None:
             self.logprobs[:, t], self.entropy[:, t] = lp, ent
         else:

@@ -13,7 +13,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -239,8 +239,8 @@ class _Minibatch:
     on_policy: bool = False
     """The behaviour log-probs are the rollout's and the policy has not moved: each part's own forward
     (detached) gives them, so every ratio is exactly 1, as where a scoring pass gave them. The rollout's
-    differ from the forward's in float rounding, and a loss whose two branches tie at ratio 1 (P-trace's
-    and S-trace's current-token clip) would take either branch by that rounding."""
+    differ from the forward's in float rounding, and a loss whose two branches tie at ratio 1 (a trace's
+    current-token clip, which gives the history its gradient at the tie) would take either branch by it."""
 
 
 @dataclass(frozen=True)
@@ -270,8 +270,8 @@ def _gradient(policy, method: Method, m: _Minibatch, *, rl: RLConfig, opt: Optim
             if m.trained is not None
             else forward(policy, part.batch, rl, with_entropy=False, with_hidden=False)
         )
-        if m.on_policy:
-            part.batch.old_logprobs = s.logprobs.detach()
+        if m.on_policy:  # a copy: the batch itself keeps the rollout's (a shared first gradient skips this)
+            part = replace(part, batch=replace(part.batch, old_logprobs=s.logprobs.detach()))
         out = method.loss(part.batch, s.logprobs, part.credit)
         mask = _loss_mask(out, part.batch)  # [b, T]
         if counts is None:  # the minibatch in one part: the global counts of its own loss mask

@@ -8,6 +8,7 @@ import dataclasses
 import yaml
 
 from bench.errors import CreditBenchError
+from bench.options import build_config
 
 
 def with_rl_settings(cfg, settings: list[str] | tuple[str, ...]):
@@ -21,4 +22,7 @@ def with_rl_settings(cfg, settings: list[str] | tuple[str, ...]):
                 f"--set takes rl.KEY=VALUE with KEY an RL option ({', '.join(sorted(names))}), got {s!r}"
             )
         options[key[3:]] = yaml.safe_load(value)
-    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **options)) if options else cfg
+    if not options:
+        return cfg
+    checked = build_config(type(cfg.rl), options, "--set")  # each value of its option's type and choices
+    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **{k: getattr(checked, k) for k in options}))

@@ -174,8 +174,10 @@ def test_the_first_minibatch_is_on_policy_to_the_bit_with_the_rollouts_log_probs
     batch = _rollout(model, tok, 1.0, True)
     batch.rewards = torch.arange(batch.size, dtype=torch.float32) % 3  # mixed rewards in every group
     rescored = _first_minibatch(model, copy.deepcopy(batch), "p_trace", _rl())
-    rolled = _first_minibatch(model, copy.deepcopy(batch), "p_trace", _rl(old_logprobs="rollout"))
+    rolling = copy.deepcopy(batch)
+    rolled = _first_minibatch(model, rolling, "p_trace", _rl(old_logprobs="rollout"))
     assert rescored and rescored == rolled
+    assert rolling.old_logprobs is rolling.extra[BEHAVIOUR[0]]  # the batch keeps the rollout's for later epochs
     lp = batch.extra[BEHAVIOUR[0]]
     with torch.no_grad():
         s = score(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, 1.0)

@@ -127,6 +127,8 @@ def test_rl_settings_are_checked_in_one_line():
     for bad in ("old_logprobs=auto", "rl.nope=1", "rl.packed_update="):
         with pytest.raises(CreditBenchError, match="--set takes rl.KEY=VALUE with KEY an RL option"):
             with_rl_settings(RunConfig(), [bad])
+    with pytest.raises(CreditBenchError, match="rl.old_logprobs must be one of auto, rescore, rollout, got 'cached'"):
+        with_rl_settings(RunConfig(), ["rl.old_logprobs=cached"])
 
 
 @pytest.mark.slow
