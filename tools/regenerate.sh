@@ -48,10 +48,15 @@ if [ "$FROM" != tables ]; then
     --out results/probes/embedded-validation --jobs "$JOBS"
 fi
 
+step "the sweeps' reports again: run_all.sh's wall time and the probes' sections, written after them"
+for name in embedded-quick embedded embedded-control methods paper-arca-embedded; do
+  creditbench summarize --sweep "$name" > /dev/null
+done
 step "design studies that read the committed probes and sweeps"
 python -m bench.studies.probe_design --probe results/probes/embedded
 python -m bench.studies.sequential_design --sims 2000
-step "the tables of README.md and docs/"
+step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"
+creditbench table --credit > /dev/null
 creditbench docs-tables
 echo
 echo "Done. Now: bash tests/run.sh (a test names each number a page still quotes from before)."

@@ -1,19 +1,22 @@
 """``creditbench table``: a sweep's comparisons (results/<sweep>/report.json) as Markdown, CSV and
 LaTeX (``--sweep``); with ``--paper NAME`` instead, a seed paper's numbers beside this suite's
-(bench/report/papers)."""
+(bench/report/papers); with ``--credit``, the credit table of every credit method against its twin
+(bench/report/credit_table), whose judges ``--run`` runs where results are missing."""
 
 from __future__ import annotations
 
 from bench.errors import CreditBenchError
 from bench.run.args import ArgumentParser, spell
 
-USAGE = "table --sweep NAME [--format md|csv|tex|all] | --paper NAME [--sweep NAME ...]"
+USAGE = "table --sweep NAME [--format md|csv|tex|all] | --paper NAME [--sweep NAME ...] | --credit [--run] [--dry_run]"
 HELP = "a sweep's comparisons, or a paper's numbers beside this suite's"
 
 
 def main(argv: list[str]) -> int:
     if any(a == "--paper" or a.startswith("--paper=") for a in spell(argv)):
         return paper_table(argv)
+    if "--credit" in spell(argv):
+        return credit_table(argv)
     ap = ArgumentParser(
         prog="creditbench table",
         description="A sweep's comparisons (results/<sweep>/report.json) as Markdown, CSV and LaTeX; with "
@@ -55,4 +58,48 @@ def paper_table(argv: list[str]) -> int:
     )
     a = ap.parse_args(argv)
     print(table(a.paper, a.sweep, a.results_dir, a.papers_dir))
+    return 0
+
+
+def credit_table(argv: list[str]) -> int:
+    """``creditbench table --credit [--definition YAML] [--run] [--dry_run] [--jobs N]``."""
+    import json
+    import time
+    from pathlib import Path
+
+    from bench.cli import judge
+    from bench.report import credit_table as ct
+    from bench.script import write_outputs
+
+    ap = ArgumentParser(
+        prog="creditbench table --credit",
+        description="The credit table: every credit method against its credit-off twin, per update at each size "
+        "and end to end, from the reports of each row's `creditbench judge` (results/credit/).",
+    )
+    ap.add_argument("--credit", action="store_true", required=True)
+    ap.add_argument("--definition", default=str(ct.DEFINITION), help=f"the table's rows (default {ct.DEFINITION})")
+    ap.add_argument("--run", action="store_true", help="first run each row's judge whose results are missing")
+    ap.add_argument("--dry_run", action="store_true", help="with --run: print each missing judge's cost, run nothing")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes of each judge (default 2)")
+    ap.add_argument("--results_dir", default="results")
+    a = ap.parse_args(argv)
+    definition = Path(a.definition)
+    table, results = ct.load(definition), Path(a.results_dir)
+    out = definition.parent
+    record = out / f"{definition.stem}.json"
+    wall = json.loads(record.read_text()).get("wall_s", 0.0) if record.is_file() else 0.0
+    if a.run or a.dry_run:
+        todo = ct.missing(table, results)
+        print(f"credit table: {len(todo)} of {len(table.rows)} rows to judge" + (" (dry run)" if a.dry_run else ""))
+        for _row, args in todo:
+            print(f"\n== creditbench judge {' '.join(args)}")
+            start = time.monotonic()
+            judge.main([*args, "--jobs", str(a.jobs), "--results_dir", a.results_dir]
+                       + (["--dry_run"] if a.dry_run else []))  # fmt: skip
+            wall += 0.0 if a.dry_run else time.monotonic() - start
+        if a.dry_run:
+            return 0
+    data = {**ct.build(table, results), "wall_s": wall}
+    md, js = write_outputs(str(out), definition.stem, ct.markdown(data), data)
+    print(ct.markdown(data) + f"\nwritten: {md}, {js}")
     return 0

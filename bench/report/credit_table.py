@@ -1,0 +1,231 @@
+"""The credit table (``creditbench table --credit``): every registered credit method against its credit-off
+twin, per update at each model size (the credit probe's trajectory-level comparison) and end to end at
+the first size (the sweep's sequential decision), one row a method, read from what ``creditbench judge``
+wrote for it (or, for a row that names them, another sweep and probe, e.g. the flagship's).
+
+The table's definition is a YAML file (``results/credit/table.yaml``): the task, the sizes, and the rows
+(a registered method, its options, its label, and optionally where its results already are). Its
+outputs, ``results/credit/table.{md,json}``, are generated from the reports alone; README.md quotes
+the Markdown table through ``creditbench docs-tables``. ``--run`` runs each row's judge where its
+results are missing (each resumes from what it wrote), ``--dry_run`` prints each one's cost first.
+
+A cell is **resolved** (the table's target, one rule) where the comparison has a verdict (better,
+worse, equivalent) or its interval is within ±10% of the twin's gain either side, or within ±0.3
+points of J where the twin gains less than 3 points; otherwise the cell says "not resolved".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.errors import CreditBenchError
+from bench.script import md_table
+
+DEFINITION = Path("results/credit/table.yaml")
+RELATIVE, ABSOLUTE, SMALL_GAIN = 0.10, 0.3, 3.0
+"""A cell is resolved with an interval of half-width at most RELATIVE of the twin's gain, or ABSOLUTE
+points of J where the twin gains less than SMALL_GAIN points."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method of the table: what ``creditbench judge`` is given, and where its results are read."""
+
+    method: str
+    label: str
+    options: dict[str, Any] = field(default_factory=dict)
+    controls: tuple[str, ...] = ()
+    why: str = ""
+    sweep: str | None = None
+    """The sweep whose end-to-end decision the row reads (default: judge-<label>)."""
+    probes: dict[str, str] = field(default_factory=dict)
+    """Size -> probe folder under results/ read per update (default: the judge's, bench.cli.judge)."""
+
+
+@dataclass(frozen=True)
+class Table:
+    task: str
+    sizes: tuple[str, ...]
+    rows: tuple[Row, ...]
+
+
+def load(path: Path = DEFINITION) -> Table:
+    """The table's definition, each row checked as judge checks it (one line for a bad method, option,
+    control or label)."""
+    from bench.sweep.judge import judged
+
+    if not path.is_file():
+        raise CreditBenchError(f"the credit table's definition {path} not found")
+    raw = yaml.safe_load(path.read_text()) or {}
+    unknown = set(raw) - {"task", "sizes", "rows"}
+    if unknown:
+        raise CreditBenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (valid: task, sizes, rows)")
+    task, sizes = raw.get("task", "chain"), tuple(raw.get("sizes") or ())
+    if not sizes:
+        raise CreditBenchError(f"{path}: sizes needs at least one model size")
+    rows = []
+    for entry in raw.get("rows") or []:
+        extra = set(entry) - {"method", "label", "options", "controls", "why", "sweep", "probes"}
+        if extra or "method" not in entry:
+            raise CreditBenchError(
+                f"{path}: a row needs method and may have label, options, controls, why, sweep, probes; got "
+                f"{', '.join(sorted(entry))}"
+            )
+        controls = tuple(entry.get("controls") or ())
+        j = judged(entry["method"], entry.get("options"), entry.get("label"), task, sizes, controls or None)
+        probes = {str(k): str(v) for k, v in (entry.get("probes") or {}).items()}
+        if set(probes) - set(sizes):
+            raise CreditBenchError(f"{path}: row {j.label}'s probes name sizes the table does not have")
+        if sizes[0] in probes and not entry.get("sweep"):
+            raise CreditBenchError(f"{path}: row {j.label} reads its {sizes[0]} probe elsewhere: name its sweep too")
+        rows.append(Row(j.method, j.label, j.options, j.controls, entry.get("why", ""), entry.get("sweep"), probes))
+    if not rows:
+        raise CreditBenchError(f"{path}: no rows")
+    labels = [r.label for r in rows]
+    if len(set(labels)) != len(labels):
+        raise CreditBenchError(f"{path}: two rows share a label; give one of them another label")
+    return Table(task, sizes, tuple(rows))
+
+
+def judge_sizes(row: Row, table: Table) -> tuple[str, ...]:
+    """The sizes the row's judge measures: those without a probe of the row's own entry."""
+    return tuple(s for s in table.sizes if s not in row.probes)
+
+
+def probe_dir(row: Row, size: str, table: Table, results_dir: Path) -> Path:
+    """Where the row's probe at ``size`` is: its own entry, else where judge writes it (its first size in
+    the judge's probe folder, a folder per size else; bench.cli.judge)."""
+    if size in row.probes:
+        return results_dir / row.probes[size]
+    suffix = "" if size == judge_sizes(row, table)[0] else f"-{size}"
+    return results_dir / "probes" / f"judge-{row.label}{suffix}"
+
+
+def sweep_dir(row: Row, results_dir: Path) -> Path:
+    return results_dir / (row.sweep or f"judge-{row.label}")
+
+
+def resolved(c: dict[str, Any]) -> bool:
+    """The table's rule (module docstring) for one comparison of the probe's report."""
+    if c.get("verdict", "").split(" ")[0] in ("better", "worse", "equivalent"):
+        return True
+    half = (c["hi"] - c["lo"]) / 2
+    gain = abs(c.get("gain_control") or 0.0)
+    return half <= (ABSOLUTE if gain < SMALL_GAIN else RELATIVE * gain)
+
+
+def _cell(report: dict[str, Any], label: str) -> dict[str, Any] | None:
+    """The row's per-update cell from a probe's report: the comparison with its twin at the pair's tuned
+    rate where the probe has one, else at its lowest common rate; the words across rates by rule."""
+    twin = f"{label}-twin"
+    comps = [c for c in report.get("comparisons", []) if (c["method"], c["control"]) == (label, twin)]
+    if not comps:
+        return None
+    tuned = [c for c in comps if c.get("setting") == "tuned"]
+    at = tuned[0] if tuned else min(comps, key=lambda c: c["lr_method"])
+    reading = next((r["rates"] for r in report.get("readings", []) if (r["method"], r["control"]) == (label, twin)), "")
+    keep = ("setting", "lr_method", "mean", "lo", "hi", "verdict", "n", "gain_control", "relative", "mde")
+    return {**{k: at[k] for k in keep if k in at}, "reading": reading, "resolved": resolved(at)}
+
+
+def _decision(report: dict[str, Any] | None, label: str) -> dict[str, Any] | None:
+    from bench.report.card import _decision as decision
+
+    return decision(report, label, f"{label}-twin")
+
+
+def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
+    """The table's data from the reports on disk: per row, a cell per size (None: not measured yet) and
+    the end-to-end decision at the first size (None: not run yet)."""
+    rows = []
+    for row in table.rows:
+        cells = {}
+        for size in table.sizes:
+            rep = probe_dir(row, size, table, results_dir) / "report.json"
+            cells[size] = _cell(json.loads(rep.read_text()), row.label) if rep.is_file() else None
+        srep = sweep_dir(row, results_dir) / "report.json"
+        end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() else None
+        rows.append({"method": row.method, "label": row.label, "options": row.options, "why": row.why,
+                     "per_update": cells, "end_to_end": end})  # fmt: skip
+    done = sum(c is not None for r in rows for c in r["per_update"].values())
+    resolved_ = sum(bool(c and c["resolved"]) for r in rows for c in r["per_update"].values())
+    return {"task": table.task, "sizes": list(table.sizes), "rows": rows,
+            "cells": {"measured": done, "resolved": resolved_, "total": len(rows) * len(table.sizes)},
+            "decided": sum(bool(r["end_to_end"]) and not r["end_to_end"]["verdict"].startswith("inconclusive")
+                           for r in rows)}  # fmt: skip
+
+
+def _update_text(c: dict[str, Any] | None) -> str:
+    if c is None:
+        return "not measured yet"
+    rel = c.get("relative") or {}
+    share = f", {100 * rel['mean']:+.0f}% of the twin's gain" if rel else ""
+    at = "tuned lr" if c.get("setting") == "tuned" else "lr"
+    text = f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{share} at {at} {c['lr_method']:g}: **{c['verdict']}**"
+    if c["reading"]:
+        text += f"; {c['reading']}"
+    return text + ("" if c["resolved"] else " (not resolved)")
+
+
+def _end_text(e: dict[str, Any] | None) -> str:
+    if e is None:
+        return "not run yet"
+    interval = f"{100 * e['diff']:+.1f} [{100 * e['lo']:+.1f}, {100 * e['hi']:+.1f}]"
+    return f"{interval}, {e['seeds']} seeds: **{e['verdict']}**"
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The table as a page: methods by rows, per update at each size, end to end at the first size."""
+    sizes = data["sizes"]
+    header = ["method", *[f"per update, {s}" for s in sizes], f"end to end, {sizes[0]}"]
+    body = []
+    for r in data["rows"]:
+        name = f"`{r['label']}`" + (f" ({r['method']})" if r["label"] != r["method"] else "")
+        body.append([name, *[_update_text(r["per_update"][s]) for s in sizes], _end_text(r["end_to_end"])])
+    cells = data["cells"]
+    lines = [
+        f"# The credit table: each credit method against its credit-off twin on `{data['task']}`",
+        "",
+        "Per update: the method's gain in J after one update minus its twin's, from the same weights, optimizer "
+        "state and batch (points of J [interval over reference trajectories]), at the pair's tuned rate where "
+        "the probe has one, else its lowest common rate; then the verdicts across the probe's rates, by rule. "
+        "End to end: the paired difference in final pass@1 (points [repeated interval valid at the sequential "
+        "stop]) over seeds in rounds. A cell is resolved where it has a verdict or its interval is within ±10% of "
+        "the twin's gain (±0.3 points where the twin gains less than 3).",
+        "",
+        *md_table(header, body),
+        "",
+        f"Measured {cells['measured']} of {cells['total']} per-update cells, {cells['resolved']} resolved; "
+        f"{data['decided']} of {len(data['rows'])} end-to-end comparisons decided.",
+    ]
+    notes = [f"- `{r['label']}`: {r['why']}" for r in data["rows"] if r["why"]]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: bool) -> list[str]:
+    """The ``creditbench judge`` arguments that make this row's missing results."""
+    args = [row.method, "--label", row.label, "--task", table.task, "--sizes", ",".join(sizes)]
+    if row.options:
+        args += ["--options", yaml.safe_dump(row.options, default_flow_style=True).strip()]
+    if row.controls:
+        args += ["--controls", ",".join(row.controls)]
+    return args + (["--per_update_only"] if per_update_only else [])
+
+
+def missing(table: Table, results_dir: Path = Path("results")) -> list[tuple[Row, list[str]]]:
+    """The judges still to run, each with its arguments: a row with a size it measures itself that has no
+    probe report yet, or without its sweep's report (a row that names its sweep runs per update only).
+    A judge resumes: its finished probes only redo their reports, its sweep skips its finished runs."""
+    out = []
+    for row in table.rows:
+        sizes = judge_sizes(row, table)
+        todo = [s for s in sizes if not (probe_dir(row, s, table, results_dir) / "report.json").is_file()]
+        need_sweep = row.sweep is None and not (sweep_dir(row, results_dir) / "report.json").is_file()
+        if todo or need_sweep:
+            out.append((row, judge_args(row, table, sizes, per_update_only=row.sweep is not None)))
+    return out

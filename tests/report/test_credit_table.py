@@ -1,0 +1,137 @@
+"""The credit table (bench.report.credit_table, ``creditbench table --credit``): its definition checked in one
+line, each cell read from a probe's report at the pair's tuned rate (else its lowest), the rule that says
+a cell is resolved, the end-to-end decision, and the judges still to run; hand-made reports, hand-worked
+figures. The committed table is the one its reports give."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.errors import CreditBenchError
+from bench.report import credit_table as ct
+
+TWIN = {"method": "m", "control": "m-twin", "n": 8, "mde": 0.3}
+PROBE = {
+    "comparisons": [
+        {**TWIN, "setting": "lr 0.0001", "lr_method": 1e-4, "mean": 0.5, "lo": 0.1, "hi": 0.9, "verdict": "better",
+         "gain_control": 2.5, "relative": {"mean": 0.2, "lo": 0.04, "hi": 0.36}},
+        {**TWIN, "setting": "tuned", "lr_method": 2e-4, "mean": 0.1, "lo": -0.3, "hi": 0.5,
+         "verdict": "inconclusive", "gain_control": 4.0, "relative": {"mean": 0.025, "lo": -0.075, "hi": 0.125}},
+        {**TWIN, "setting": "lr 0.0002", "lr_method": 2e-4, "mean": 0.1, "lo": -0.3, "hi": 0.5,
+         "verdict": "inconclusive", "gain_control": 4.0},
+        {"method": "m", "control": "m-placebo", "setting": "tuned", "lr_method": 2e-4, "mean": 9.0, "lo": 8.0,
+         "hi": 10.0, "verdict": "better"},
+    ],
+    "readings": [{"method": "m", "control": "m-twin", "rates": "better at 0.0001; inconclusive at 0.0002"}],
+}  # fmt: skip
+SWEEP = {"analysis": {"sequential": {"analysis": {"decisions": [
+    {"name": "m vs m-twin (chain, tiny-500k)", "verdict": "better", "seeds": 18, "diff": 0.039, "lo": 0.001,
+     "hi": 0.076}]}}}}  # fmt: skip
+
+
+def _definition(tmp_path: Path, rows: str, sizes: str = "[tiny-500k, tiny-2m]") -> Path:
+    path = tmp_path / "credit" / "table.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"task: chain\nsizes: {sizes}\nrows:\n{rows}")
+    return path
+
+
+def _write(path: Path, data: dict) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "report.json").write_text(json.dumps(data))
+
+
+def test_the_rule_for_a_resolved_cell():
+    # a verdict resolves it whatever the width
+    assert ct.resolved({"verdict": "worse", "lo": -5.0, "hi": -0.1, "gain_control": 4.0})
+    assert ct.resolved({"verdict": "equivalent (±10% of the control's)", "lo": -9.0, "hi": 9.0, "gain_control": 4.0})
+    # inconclusive: half-width 0.4 against 10% of a gain of 4 points (0.4): resolved; 0.41 is not
+    assert ct.resolved({"verdict": "inconclusive", "lo": -0.3, "hi": 0.5, "gain_control": 4.0})
+    assert not ct.resolved({"verdict": "inconclusive", "lo": -0.31, "hi": 0.51, "gain_control": 4.0})
+    # a twin gaining under 3 points: ±0.3 points, not 10% of its gain (0.25)
+    assert ct.resolved({"verdict": "inconclusive", "lo": -0.2, "hi": 0.39, "gain_control": 2.5})
+    assert not ct.resolved({"verdict": "inconclusive at the cap", "lo": -0.2, "hi": 0.42, "gain_control": 2.5})
+
+
+def test_cells_come_from_the_judges_folders_and_a_row_may_read_another_sweep(tmp_path):
+    path = _definition(tmp_path, "  - {method: s_trace, label: m}\n  - method: grpo_lambda\n"
+                                 "    sweep: flagship\n    probes: {tiny-500k: probes/flagship}\n")  # fmt: skip
+    table = ct.load(path)
+    assert [r.label for r in table.rows] == ["m", "grpo_lambda"] and table.rows[0].controls == ("twin", "placebo")
+    res = tmp_path / "results"
+    _write(res / "probes" / "judge-m", PROBE)  # the judge's first size: its probe folder
+    _write(res / "judge-m", SWEEP)
+    data = ct.build(table, res)
+    m, lam = data["rows"]
+    cell = m["per_update"]["tiny-500k"]
+    assert cell["setting"] == "tuned" and cell["lr_method"] == 2e-4 and cell["mean"] == 0.1  # the tuned rate's
+    assert cell["reading"] == "better at 0.0001; inconclusive at 0.0002" and cell["resolved"]
+    assert m["per_update"]["tiny-2m"] is None and lam["per_update"] == {"tiny-500k": None, "tiny-2m": None}
+    assert m["end_to_end"]["verdict"] == "better" and lam["end_to_end"] is None
+    assert data["cells"] == {"measured": 1, "resolved": 1, "total": 4} and data["decided"] == 1
+    md = ct.markdown(data)
+    assert ("| `m` (s_trace) | +0.10 [-0.30, +0.50], +2% of the twin's gain at tuned lr 0.0002: **inconclusive**; "
+            "better at 0.0001; inconclusive at 0.0002 | not measured yet | +3.9 [+0.1, +7.6], 18 seeds: **better** |"
+            ) in md  # fmt: skip
+    assert "Measured 1 of 4 per-update cells, 1 resolved; 1 of 2 end-to-end comparisons decided." in md
+    # without a tuned setting: the lowest rate's comparison
+    _write(res / "probes" / "judge-m-tiny-2m", {"comparisons": PROBE["comparisons"][:1] + PROBE["comparisons"][2:3]})
+    assert ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"]["lr_method"] == 1e-4
+    # the flagship row reads the flagship's folders at tiny-500k, the judge's at tiny-2m (its first size)
+    _write(res / "probes" / "flagship", {"comparisons": [{**c, "method": "grpo_lambda", "control": "grpo_lambda-twin"}
+                                                         for c in PROBE["comparisons"][:1]]})  # fmt: skip
+    _write(res / "flagship", {"analysis": {}})
+    lam = ct.build(table, res)["rows"][1]
+    assert lam["per_update"]["tiny-500k"]["verdict"] == "better" and lam["end_to_end"] is None
+    assert ct.probe_dir(table.rows[1], "tiny-2m", table, res) == res / "probes" / "judge-grpo_lambda"
+
+
+def test_the_judges_still_to_run(tmp_path):
+    path = _definition(
+        tmp_path,
+        "  - {method: ibpo, label: ibpo_diff, options: {mode: diff_credit}}\n"
+        "  - {method: grpo_lambda, sweep: flagship, probes: {tiny-500k: probes/flagship}}\n",
+    )
+    table, res = ct.load(path), tmp_path / "results"
+    todo = {row.label: args for row, args in ct.missing(table, res)}
+    assert todo["ibpo_diff"] == ["ibpo", "--label", "ibpo_diff", "--task", "chain", "--sizes", "tiny-500k,tiny-2m",
+                                 "--options", "{mode: diff_credit}", "--controls", "twin"]  # fmt: skip
+    assert todo["grpo_lambda"][-3:] == ["tiny-2m", "--controls", "twin", "--per_update_only"][-3:]
+    assert "--per_update_only" in todo["grpo_lambda"] and "tiny-500k" not in " ".join(todo["grpo_lambda"])
+    _write(res / "probes" / "judge-grpo_lambda", PROBE)
+    _write(res / "probes" / "judge-ibpo_diff", PROBE)
+    _write(res / "probes" / "judge-ibpo_diff-tiny-2m", PROBE)
+    assert [r.label for r, _ in ct.missing(table, res)] == ["ibpo_diff"]  # its sweep still to run
+    _write(res / "judge-ibpo_diff", SWEEP)
+    assert ct.missing(table, res) == []
+
+
+@pytest.mark.parametrize(
+    ("rows", "sizes", "match"),
+    [
+        ("  - {method: grpo}\n", "[tiny-500k]", "grpo has no credit-off twin"),
+        ("  - {method: nope}\n", "[tiny-500k]", "nope"),
+        ("  - {method: s_trace, options: {nope: 1}}\n", "[tiny-500k]", "nope"),
+        ("  - {method: s_trace, colour: red}\n", "[tiny-500k]", "a row needs method and may have"),
+        ("  - {method: s_trace}\n  - {method: s_trace}\n", "[tiny-500k]", "two rows share a label"),
+        ("  - {method: s_trace, probes: {tiny-500k: probes/x}}\n", "[tiny-500k]", "name its sweep too"),
+        ("  - {method: s_trace, probes: {tiny-8m: probes/x}}\n", "[tiny-500k]", "sizes the table does not have"),
+        ("  - {method: s_trace}\n", "[]", "sizes needs at least one"),
+    ],
+)
+def test_a_bad_definition_fails_in_one_line(tmp_path, rows, sizes, match):
+    with pytest.raises(CreditBenchError, match=match) as e:
+        ct.load(_definition(tmp_path, rows, sizes))
+    assert "\n" not in str(e.value)
+
+
+def test_the_committed_table_is_the_one_its_reports_give():
+    """results/credit/table.md is what the definition and the committed reports give now."""
+    table = ct.load()
+    data = ct.build(table)
+    committed = json.loads(Path("results/credit/table.json").read_text())
+    assert {k: v for k, v in committed.items() if k != "wall_s"} == json.loads(json.dumps(data))
+    assert Path("results/credit/table.md").read_text() == ct.markdown({**data, "wall_s": committed["wall_s"]})
