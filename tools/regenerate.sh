@@ -57,6 +57,7 @@ python -m bench.studies.probe_design --probe results/probes/embedded
 python -m bench.studies.sequential_design --sims 2000
 step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"
 creditbench table --credit > /dev/null
+creditbench table --credit --definition results/credit/control.yaml > /dev/null
 creditbench docs-tables
 echo
 echo "Done. Now: bash tests/run.sh (a test names each number a page still quotes from before)."

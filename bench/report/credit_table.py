@@ -6,7 +6,9 @@ wrote for it (or, for a row that names them, another sweep and probe, e.g. the f
 The table's definition is a YAML file (``results/credit/table.yaml``): the task, the sizes, and the rows
 (a registered method, its options, its label, and optionally where its results already are). Its
 outputs, ``results/credit/table.{md,json}``, are generated from the reports alone; README.md quotes
-the Markdown table through ``creditbench docs-tables``. ``--run`` runs each row's judge where its
+the Markdown table through ``creditbench docs-tables``. ``end_to_end: false`` makes a table per update
+only (the control task's, ``results/credit/control.yaml``), ``template`` the spec whose design the
+judges take. ``--run`` runs each row's judge where its
 results are missing (each resumes from what it wrote), ``--dry_run`` prints each one's cost first.
 
 A cell is **resolved** (the table's target, one rule) where the comparison has a verdict (better,
@@ -52,44 +54,54 @@ class Table:
     task: str
     sizes: tuple[str, ...]
     rows: tuple[Row, ...]
+    end_to_end: bool = True
+    """False: per update only (a control task's table), each judge with --per_update_only."""
+    template: str = "results/sweeps/embedded.yaml"
+    """The sweep spec whose design each judge takes (judge --template)."""
 
 
 def load(path: Path = DEFINITION) -> Table:
     """The table's definition, each row checked as judge checks it (one line for a bad method, option,
     control or label)."""
-    from bench.sweep.judge import judged
-
     if not path.is_file():
         raise CreditBenchError(f"the credit table's definition {path} not found")
     raw = yaml.safe_load(path.read_text()) or {}
-    unknown = set(raw) - {"task", "sizes", "rows"}
+    keys = ("task", "sizes", "rows", "end_to_end", "template")
+    unknown = set(raw) - set(keys)
     if unknown:
-        raise CreditBenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (valid: task, sizes, rows)")
+        raise CreditBenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (valid: {', '.join(keys)})")
+    end_to_end, template = raw.get("end_to_end", True), str(raw.get("template", Table.template))
+    if not isinstance(end_to_end, bool):
+        raise CreditBenchError(f"{path}: end_to_end must be true or false, got {end_to_end!r}")
     task, sizes = raw.get("task", "chain"), tuple(raw.get("sizes") or ())
     if not sizes:
         raise CreditBenchError(f"{path}: sizes needs at least one model size")
-    rows = []
-    for entry in raw.get("rows") or []:
-        extra = set(entry) - {"method", "label", "options", "controls", "why", "sweep", "probes"}
-        if extra or "method" not in entry:
-            raise CreditBenchError(
-                f"{path}: a row needs method and may have label, options, controls, why, sweep, probes; got "
-                f"{', '.join(sorted(entry))}"
-            )
-        controls = tuple(entry.get("controls") or ())
-        j = judged(entry["method"], entry.get("options"), entry.get("label"), task, sizes, controls or None)
-        probes = {str(k): str(v) for k, v in (entry.get("probes") or {}).items()}
-        if set(probes) - set(sizes):
-            raise CreditBenchError(f"{path}: row {j.label}'s probes name sizes the table does not have")
-        if sizes[0] in probes and not entry.get("sweep"):
-            raise CreditBenchError(f"{path}: row {j.label} reads its {sizes[0]} probe elsewhere: name its sweep too")
-        rows.append(Row(j.method, j.label, j.options, j.controls, entry.get("why", ""), entry.get("sweep"), probes))
+    rows = [_row(entry, path, task, sizes, end_to_end) for entry in raw.get("rows") or []]
     if not rows:
         raise CreditBenchError(f"{path}: no rows")
     labels = [r.label for r in rows]
     if len(set(labels)) != len(labels):
         raise CreditBenchError(f"{path}: two rows share a label; give one of them another label")
-    return Table(task, sizes, tuple(rows))
+    return Table(task, sizes, tuple(rows), end_to_end, template)
+
+
+def _row(entry: dict[str, Any], path: Path, task: str, sizes: tuple[str, ...], end_to_end: bool) -> Row:
+    from bench.sweep.judge import judged
+
+    extra = set(entry) - {"method", "label", "options", "controls", "why", "sweep", "probes"}
+    if extra or "method" not in entry:
+        raise CreditBenchError(
+            f"{path}: a row needs method and may have label, options, controls, why, sweep, probes; got "
+            f"{', '.join(sorted(entry))}"
+        )
+    controls = tuple(entry.get("controls") or ())
+    j = judged(entry["method"], entry.get("options"), entry.get("label"), task, sizes, controls or None)
+    probes = {str(k): str(v) for k, v in (entry.get("probes") or {}).items()}
+    if set(probes) - set(sizes):
+        raise CreditBenchError(f"{path}: row {j.label}'s probes name sizes the table does not have")
+    if sizes[0] in probes and end_to_end and not entry.get("sweep"):
+        raise CreditBenchError(f"{path}: row {j.label} reads its {sizes[0]} probe elsewhere: name its sweep too")
+    return Row(j.method, j.label, j.options, j.controls, entry.get("why", ""), entry.get("sweep"), probes)
 
 
 def judge_sizes(row: Row, table: Table) -> tuple[str, ...]:
@@ -149,12 +161,12 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
             rep = probe_dir(row, size, table, results_dir) / "report.json"
             cells[size] = _cell(json.loads(rep.read_text()), row.label) if rep.is_file() else None
         srep = sweep_dir(row, results_dir) / "report.json"
-        end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() else None
+        end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() and table.end_to_end else None
         rows.append({"method": row.method, "label": row.label, "options": row.options, "why": row.why,
                      "per_update": cells, "end_to_end": end})  # fmt: skip
     done = sum(c is not None for r in rows for c in r["per_update"].values())
     resolved_ = sum(bool(c and c["resolved"]) for r in rows for c in r["per_update"].values())
-    return {"task": table.task, "sizes": list(table.sizes), "rows": rows,
+    return {"task": table.task, "sizes": list(table.sizes), "end_to_end": table.end_to_end, "rows": rows,
             "cells": {"measured": done, "resolved": resolved_, "total": len(rows) * len(table.sizes)},
             "decided": sum(bool(r["end_to_end"]) and not r["end_to_end"]["verdict"].startswith("inconclusive")
                            for r in rows)}  # fmt: skip
@@ -182,11 +194,13 @@ def _end_text(e: dict[str, Any] | None) -> str:
 def markdown(data: dict[str, Any]) -> str:
     """The table as a page: methods by rows, per update at each size, end to end at the first size."""
     sizes = data["sizes"]
-    header = ["method", *[f"per update, {s}" for s in sizes], f"end to end, {sizes[0]}"]
+    end = data["end_to_end"]
+    header = ["method", *[f"per update, {s}" for s in sizes]] + ([f"end to end, {sizes[0]}"] if end else [])
     body = []
     for r in data["rows"]:
         name = f"`{r['label']}`" + (f" ({r['method']})" if r["label"] != r["method"] else "")
-        body.append([name, *[_update_text(r["per_update"][s]) for s in sizes], _end_text(r["end_to_end"])])
+        cells = [_update_text(r["per_update"][s]) for s in sizes]
+        body.append([name, *cells] + ([_end_text(r["end_to_end"])] if end else []))
     cells = data["cells"]
     lines = [
         f"# The credit table: each credit method against its credit-off twin on `{data['task']}`",
@@ -194,14 +208,19 @@ def markdown(data: dict[str, Any]) -> str:
         "Per update: the method's gain in J after one update minus its twin's, from the same weights, optimizer "
         "state and batch (points of J [interval over reference trajectories]), at the pair's tuned rate where "
         "the probe has one, else its lowest common rate; then the verdicts across the probe's rates, by rule. "
-        "End to end: the paired difference in final pass@1 (points [repeated interval valid at the sequential "
-        "stop]) over seeds in rounds. A cell is resolved where it has a verdict or its interval is within ±10% of "
-        "the twin's gain (±0.3 points where the twin gains less than 3).",
+        + (
+            "End to end: the paired difference in final pass@1 (points [repeated interval valid at the sequential "
+            "stop]) over seeds in rounds. "
+            if end
+            else ""
+        )
+        + "A cell is resolved where it has a verdict or its interval is within ±10% of the twin's gain (±0.3 "
+        "points where the twin gains less than 3).",
         "",
         *md_table(header, body),
         "",
-        f"Measured {cells['measured']} of {cells['total']} per-update cells, {cells['resolved']} resolved; "
-        f"{data['decided']} of {len(data['rows'])} end-to-end comparisons decided.",
+        f"Measured {cells['measured']} of {cells['total']} per-update cells, {cells['resolved']} resolved"
+        + (f"; {data['decided']} of {len(data['rows'])} end-to-end comparisons decided." if end else "."),
     ]
     notes = [f"- `{r['label']}`: {r['why']}" for r in data["rows"] if r["why"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
@@ -210,6 +229,8 @@ def markdown(data: dict[str, Any]) -> str:
 def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: bool) -> list[str]:
     """The ``creditbench judge`` arguments that make this row's missing results."""
     args = [row.method, "--label", row.label, "--task", table.task, "--sizes", ",".join(sizes)]
+    if table.template != Table.template:
+        args += ["--template", table.template]
     if row.options:
         args += ["--options", yaml.safe_dump(row.options, default_flow_style=True).strip()]
     if row.controls:
@@ -225,7 +246,9 @@ def missing(table: Table, results_dir: Path = Path("results")) -> list[tuple[Row
     for row in table.rows:
         sizes = judge_sizes(row, table)
         todo = [s for s in sizes if not (probe_dir(row, s, table, results_dir) / "report.json").is_file()]
-        need_sweep = row.sweep is None and not (sweep_dir(row, results_dir) / "report.json").is_file()
+        need_sweep = table.end_to_end and row.sweep is None
+        need_sweep = need_sweep and not (sweep_dir(row, results_dir) / "report.json").is_file()
         if todo or need_sweep:
-            out.append((row, judge_args(row, table, sizes, per_update_only=row.sweep is not None)))
+            per_update_only = row.sweep is not None or not table.end_to_end
+            out.append((row, judge_args(row, table, sizes, per_update_only)))
     return out

@@ -109,6 +109,30 @@ def test_the_judges_still_to_run(tmp_path):
     assert ct.missing(table, res) == []
 
 
+def test_a_table_per_update_only_runs_no_sweep_and_shows_no_end_to_end(tmp_path):
+    path = _definition(
+        tmp_path,
+        "  - {method: p_trace, label: p-control}\n  - {method: s_trace, probes: {tiny-500k: probes/control}}\n",
+        "[tiny-500k]",
+    )
+    path.write_text("end_to_end: false\ntemplate: results/sweeps/embedded-control.yaml\n" + path.read_text())
+    table, res = ct.load(path), tmp_path / "results"  # the row reading another probe needs no sweep here
+    assert ct.missing(table, res)[0][1] == [
+        "p_trace", "--label", "p-control", "--task", "chain", "--sizes", "tiny-500k",
+        "--template", "results/sweeps/embedded-control.yaml", "--controls", "twin", "--per_update_only"]  # fmt: skip
+    first = {**PROBE["comparisons"][0], "method": "p-control", "control": "p-control-twin"}
+    _write(res / "probes" / "judge-p-control", {"comparisons": [first]})
+    _write(res / "judge-p-control", SWEEP)  # a sweep of that name is not read
+    data = ct.build(table, res)
+    assert ct.missing(table, res) == [] and data["rows"][0]["end_to_end"] is None
+    md = ct.markdown(data)
+    assert "| method | per update, tiny-500k |\n" in md and "End to end" not in md
+    assert md.count(
+        "| `p-control` (p_trace) | +0.50 [+0.10, +0.90], +20% of the twin's gain at lr 0.0001: **better** |"
+    )
+    assert "Measured 1 of 2 per-update cells, 1 resolved.\n" in md
+
+
 @pytest.mark.parametrize(
     ("rows", "sizes", "match"),
     [
@@ -120,6 +144,8 @@ def test_the_judges_still_to_run(tmp_path):
         ("  - {method: s_trace, probes: {tiny-500k: probes/x}}\n", "[tiny-500k]", "name its sweep too"),
         ("  - {method: s_trace, probes: {tiny-8m: probes/x}}\n", "[tiny-500k]", "sizes the table does not have"),
         ("  - {method: s_trace}\n", "[]", "sizes needs at least one"),
+        ("  - {method: s_trace}\nend_to_end: maybe\n", "[tiny-500k]", "end_to_end must be true or false"),
+        ("  - {method: s_trace}\ncolour: red\n", "[tiny-500k]", "unknown key.*valid: task, sizes, rows"),
     ],
 )
 def test_a_bad_definition_fails_in_one_line(tmp_path, rows, sizes, match):
@@ -128,10 +154,10 @@ def test_a_bad_definition_fails_in_one_line(tmp_path, rows, sizes, match):
     assert "\n" not in str(e.value)
 
 
-def test_the_committed_table_is_the_one_its_reports_give():
-    """results/credit/table.md is what the definition and the committed reports give now."""
-    table = ct.load()
-    data = ct.build(table)
-    committed = json.loads(Path("results/credit/table.json").read_text())
+@pytest.mark.parametrize("stem", ["table", "control"])
+def test_the_committed_tables_are_the_ones_their_reports_give(stem):
+    """results/credit/<stem>.md is what its definition and the committed reports give now."""
+    data = ct.build(ct.load(Path(f"results/credit/{stem}.yaml")))
+    committed = json.loads(Path(f"results/credit/{stem}.json").read_text())
     assert {k: v for k, v in committed.items() if k != "wall_s"} == json.loads(json.dumps(data))
-    assert Path("results/credit/table.md").read_text() == ct.markdown({**data, "wall_s": committed["wall_s"]})
+    assert Path(f"results/credit/{stem}.md").read_text() == ct.markdown({**data, "wall_s": committed["wall_s"]})
