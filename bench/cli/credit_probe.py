@@ -80,13 +80,12 @@ def _spec_design(spec: str) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in design.items()}
 
 
-def main(argv: list[str]) -> int:
+def planned(argv: list[str]):
+    """The arguments and the probe's plan (bench.paired.plan): the spec's credit_probe design, a flag given
+    here winning."""
     from bench.errors import CreditBenchError
     from bench.options import build_config
     from bench.paired.plan import ProbeOptions, probe_plan
-    from bench.paired.probe import cost, run_probe, write
-    from bench.report import per_update, per_update_files
-    from bench.sweep.sweep import probe_dir, report_path
 
     a = parser().parse_args(argv)
     if a.jobs < 1:
@@ -95,8 +94,17 @@ def main(argv: list[str]) -> int:
     given = {k for k in fields if any(t == f"--{k}" or t.startswith(f"--{k}=") for t in argv)}
     design = _spec_design(a.spec)  # the spec's credit_probe section; a flag given here wins
     values = {k: getattr(a, k) if k in given or k not in design else design[k] for k in fields}
-    options = build_config(ProbeOptions, values, "credit-probe")
-    plan = probe_plan(a.spec, options, a.results_dir)
+    return a, probe_plan(a.spec, build_config(ProbeOptions, values, "credit-probe"), a.results_dir)
+
+
+def main(argv: list[str]) -> int:
+    from bench.errors import CreditBenchError
+    from bench.paired.probe import cost, run_probe, write
+    from bench.report import per_update, per_update_files
+    from bench.sweep.sweep import probe_dir, report_path
+
+    a, plan = planned(argv)
+    options = plan.options
     out = Path(a.out) if a.out else probe_dir(a.results_dir, plan.sweep)
     if a.report:
         if not (out / "updates.json").is_file():

@@ -72,6 +72,24 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
+    """Size -> the core seconds of the judge's probe there (its first round, every pair at the cap), for the
+    judge ``argv`` asks for, once its spec is written (after a dry run)."""
+    from bench.cli import credit_probe
+    from bench.paired.probe import cost
+    from bench.sweep.judge import write_spec
+
+    a = parser().parse_args(argv)
+    j = _judged(a)
+    path, _ = write_spec(j, Path(a.template))
+    common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
+    out = {}
+    for size in j.sizes:
+        c = cost(credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common))[1])
+        out[size] = (c["core_s"], c["cap_core_s"])
+    return out
+
+
 def _judged(a):
     """What the arguments ask to judge (bench.sweep.judge.judged checks it)."""
     import yaml

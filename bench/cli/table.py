@@ -62,7 +62,8 @@ def paper_table(argv: list[str]) -> int:
 
 
 def credit_table(argv: list[str]) -> int:
-    """``creditbench table --credit [--definition YAML] [--run] [--dry_run] [--jobs N]``."""
+    """``creditbench table --credit [--definition YAML] [--run] [--dry_run] [--upto SIZE] [--per_update_only]
+    [--jobs N]``."""
     import json
     import time
     from pathlib import Path
@@ -80,6 +81,8 @@ def credit_table(argv: list[str]) -> int:
     ap.add_argument("--definition", default=str(ct.DEFINITION), help=f"the table's rows (default {ct.DEFINITION})")
     ap.add_argument("--run", action="store_true", help="first run each row's judge whose results are missing")
     ap.add_argument("--dry_run", action="store_true", help="with --run: print each missing judge's cost, run nothing")
+    ap.add_argument("--upto", default=None, help="with --run: only the sizes up to this one (e.g. tiny-500k)")
+    ap.add_argument("--per_update_only", action="store_true", help="with --run: the probes only, no sweep")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes of each judge (default 2)")
     ap.add_argument("--results_dir", default="results")
     a = ap.parse_args(argv)
@@ -89,15 +92,22 @@ def credit_table(argv: list[str]) -> int:
     record = out / f"{definition.stem}.json"
     wall = json.loads(record.read_text()).get("wall_s", 0.0) if record.is_file() else 0.0
     if a.run or a.dry_run:
-        todo = ct.missing(table, results)
+        todo = ct.missing(table, results, a.upto, a.per_update_only)
         print(f"credit table: {len(todo)} of {len(table.rows)} rows to judge" + (" (dry run)" if a.dry_run else ""))
+        first = cap = 0.0
         for _row, args in todo:
             print(f"\n== creditbench judge {' '.join(args)}")
             start = time.monotonic()
-            judge.main([*args, "--jobs", str(a.jobs), "--results_dir", a.results_dir]
-                       + (["--dry_run"] if a.dry_run else []))  # fmt: skip
+            argv_ = [*args, "--jobs", str(a.jobs), "--results_dir", a.results_dir]
+            judge.main(argv_ + (["--dry_run"] if a.dry_run else []))
             wall += 0.0 if a.dry_run else time.monotonic() - start
+            if a.dry_run:
+                costs = judge.probe_costs(argv_).values()
+                first, cap = first + sum(c[0] for c in costs), cap + sum(c[1] for c in costs)
         if a.dry_run:
+            hours = lambda s: f"{s / 3600 / a.jobs:.1f} h on {a.jobs} cores"  # noqa: E731
+            print(f"\ncredit table: the probes' first rounds about {hours(first)}, every pair at the cap about "
+                  f"{hours(cap)}; the sweeps' costs are above, each with its own")  # fmt: skip
             return 0
     data = {**ct.build(table, results), "wall_s": wall}
     md, js = write_outputs(str(out), definition.stem, ct.markdown(data), data)

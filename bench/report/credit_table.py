@@ -238,17 +238,26 @@ def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: 
     return args + (["--per_update_only"] if per_update_only else [])
 
 
-def missing(table: Table, results_dir: Path = Path("results")) -> list[tuple[Row, list[str]]]:
+def missing(
+    table: Table, results_dir: Path = Path("results"), upto: str | None = None, per_update_only: bool = False
+) -> list[tuple[Row, list[str]]]:
     """The judges still to run, each with its arguments: a row with a size it measures itself that has no
     probe report yet, or without its sweep's report (a row that names its sweep runs per update only).
-    A judge resumes: its finished probes only redo their reports, its sweep skips its finished runs."""
+    ``upto``: only the sizes up to this one (a judge's sizes stay a prefix of the row's: its first size
+    names its spec and folders); ``per_update_only``: no sweep. A judge resumes: its finished probes only
+    redo their reports, its sweep skips its finished runs."""
+    if upto is not None and upto not in table.sizes:
+        raise CreditBenchError(f"--upto {upto} is not one of the table's sizes ({', '.join(table.sizes)})")
     out = []
     for row in table.rows:
         sizes = judge_sizes(row, table)
+        if upto is not None:
+            sizes = tuple(s for s in sizes if table.sizes.index(s) <= table.sizes.index(upto))
+        if not sizes:
+            continue
         todo = [s for s in sizes if not (probe_dir(row, s, table, results_dir) / "report.json").is_file()]
-        need_sweep = table.end_to_end and row.sweep is None
-        need_sweep = need_sweep and not (sweep_dir(row, results_dir) / "report.json").is_file()
+        sweep = table.end_to_end and row.sweep is None and not per_update_only
+        need_sweep = sweep and not (sweep_dir(row, results_dir) / "report.json").is_file()
         if todo or need_sweep:
-            per_update_only = row.sweep is not None or not table.end_to_end
-            out.append((row, judge_args(row, table, sizes, per_update_only)))
+            out.append((row, judge_args(row, table, sizes, per_update_only=not sweep)))
     return out

@@ -101,6 +101,12 @@ def test_the_judges_still_to_run(tmp_path):
                                  "--options", "{mode: diff_credit}", "--controls", "twin"]  # fmt: skip
     assert todo["grpo_lambda"][-3:] == ["tiny-2m", "--controls", "twin", "--per_update_only"][-3:]
     assert "--per_update_only" in todo["grpo_lambda"] and "tiny-500k" not in " ".join(todo["grpo_lambda"])
+    # up to the first size, per update only: the flagship row has nothing there; the other a prefix, no sweep
+    first = ct.missing(table, res, upto="tiny-500k", per_update_only=True)
+    assert [(r.label, a[a.index("--sizes") + 1], a[-1]) for r, a in first] == [
+        ("ibpo_diff", "tiny-500k", "--per_update_only")]  # fmt: skip
+    with pytest.raises(CreditBenchError, match="--upto tiny-8m is not one of the table's sizes"):
+        ct.missing(table, res, upto="tiny-8m")
     _write(res / "probes" / "judge-grpo_lambda", PROBE)
     _write(res / "probes" / "judge-ibpo_diff", PROBE)
     _write(res / "probes" / "judge-ibpo_diff-tiny-2m", PROBE)

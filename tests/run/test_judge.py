@@ -127,3 +127,18 @@ def test_the_specs_probe_design_is_the_probes_and_a_flag_overrides_it(template, 
     bad.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "name": "bad", "credit_probe": {"capp": 3}}))
     with pytest.raises(CreditBenchError, match="credit_probe has no option 'capp'; valid: batches"):
         credit_probe.main([str(bad), "--dry_run"])
+
+
+def test_a_judges_probe_costs_grow_with_the_size_and_the_cap(template):
+    """What the credit table's dry run sums: each probe's first round and cap in core seconds, at each size
+    (the pace scaled by the model's matrix parameters)."""
+    from bench.models.policy import tiny_matrix_params
+
+    t = yaml.safe_load(template.read_text())
+    template.write_text(yaml.safe_dump({**t, "credit_probe": {"first": 3, "cap": 9}}))
+    costs = judge_cli.probe_costs(["p_trace", "--sizes", "tiny-500k,tiny-2m", "--template", str(template)])
+    assert list(costs) == ["tiny-500k", "tiny-2m"]
+    (small, small_cap), (big, big_cap) = costs.values()
+    assert 0 < small and small_cap == pytest.approx(3 * small)  # every pair at 9 trajectories against 3
+    ratio = tiny_matrix_params("tiny-2m") / tiny_matrix_params("tiny-500k")
+    assert big == pytest.approx(ratio * small, rel=0.5) and big > 2 * small
