@@ -125,12 +125,20 @@ def _pad_right(v: Tensor, T: int) -> Tensor:
 class Sampler(Protocol):
     """What the engine offers a method that generates more rollouts itself (``Method.augment``)."""
 
-    def complete(self, batch: RolloutBatch, index: Tensor, prefixes: list[Tensor]) -> RolloutBatch:
+    def complete(self, batch: RolloutBatch, index: Tensor, prefixes: list[Tensor], extra: bool = False) -> RolloutBatch:
         """For each row ``index[j]`` of ``batch``, continue the completion ``prefixes[j]`` (a 1-D
         tensor of token ids) with the current policy up to ``batch.max_new_tokens`` tokens in all,
         and verify it against that row's problem. Returns a batch of ``len(index)`` rows with the
         same prompts, rows and group ids; completion = prefix + continuation. Log-probs are filled
-        by the engine afterwards, like any rollout's."""
+        by the engine afterwards, like any rollout's. The continuations count as training samples
+        (IBPO's repairs, trained on), or with ``extra`` apart from them, as ``generate``'s do
+        (VinePPO's Monte-Carlo rollouts, only verified); their tokens count in the token budget."""
+        ...
+
+    def token_starts(self, batch: RolloutBatch) -> list[list[int]]:
+        """For each row, the character offset in its completion text (``batch.completions``) at which
+        each of its completion tokens starts, as the tokenizer decodes them (VinePPO's steps, found
+        in the text, mapped to tokens)."""
         ...
 
     def generate(self, prompts: list[str], rows: list[dict]) -> RolloutBatch:
@@ -284,6 +292,10 @@ class Method:
     completion, bench.engine.placebo) is one of its controls: True where the credit selects or weights
     tokens at the first update; a trace's credit is uniform there (every ratio is 1), so its placebo
     would be its twin."""
+
+    group_relative: ClassVar[bool] = True
+    """Whether the credit's sign follows each row's reward against its group's mean (the contract tests
+    hold it); False for a method with a baseline of its own (VinePPO's Monte-Carlo values)."""
 
     run_settings: ClassVar[dict[str, Any]] = {}
     """Run settings (dotted config keys) this method cannot run without, which a generated sweep gives

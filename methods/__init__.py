@@ -14,4 +14,5 @@ from methods import (  # noqa: F401
     ibpo,
     p_trace,
     s_trace,
+    vineppo,
 )

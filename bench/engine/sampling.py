@@ -130,7 +130,16 @@ class RolloutSampler:
         s = score(self.policy, ids, mask, batch.completion_ids, batch.completion_mask, temperature, with_entropy=False)
         return s.logprobs.masked_fill(batch.completion_mask == 0, 0.0)
 
-    def complete(self, batch: RolloutBatch, index: torch.Tensor, prefixes: list[torch.Tensor]) -> RolloutBatch:
+    def token_starts(self, batch: RolloutBatch) -> list[list[int]]:
+        """bench.core.Sampler: each completion token's first character in its decoded completion."""
+        out = []
+        for ids, n in zip(batch.completion_ids.tolist(), batch.completion_mask.sum(-1).tolist()):
+            out.append([len(self.tokenizer.decode(ids[:j], skip_special_tokens=True)) for j in range(int(n))])
+        return out
+
+    def complete(
+        self, batch: RolloutBatch, index: torch.Tensor, prefixes: list[torch.Tensor], extra: bool = False
+    ) -> RolloutBatch:
         """bench.core.Sampler: continue each forced prefix with the policy, within the batch's budget."""
         idx = index.tolist()
         sub = batch.select(index)
@@ -165,7 +174,10 @@ class RolloutSampler:
         sub.rewards = torch.tensor([o.reward for o in outcomes], dtype=torch.float32, device=ids.device)
         sub.correct = torch.tensor([o.correct for o in outcomes], device=ids.device)
         sub.max_new_tokens = budget
-        self.samples += len(idx)
+        if extra:
+            self.extra += len(idx)
+        else:
+            self.samples += len(idx)
         prefix_len = torch.tensor([len(p) for p in prefixes], device=mask.device)
         self.tokens += int((mask.sum(-1) - prefix_len).clamp(min=0).sum())  # generated, not forced, tokens
         return sub

@@ -137,7 +137,14 @@ def test_loss_is_differentiable_and_finite(method):
 
 def test_gradient_sign_follows_the_advantage(method):
     """At ratio 1, the update pushes every token of a better-than-its-group completion up (or
-    leaves it), and every token of a worse one down (or leaves it)."""
+    leaves it), and every token of a worse one down (or leaves it); for a method with a baseline of
+    its own (``group_relative`` False), the same against the credit's own sign."""
+    if not method.group_relative:
+        b = random_batch(seed=10, T=9)
+        push, credit = -loss_grad(method, b, b.old_logprobs), method.credit(b)
+        valid = b.completion_mask.bool()
+        assert torch.all(push[valid] * credit[valid] >= -1e-7) and push[valid].abs().sum() > 0
+        return
     for seed in range(3):
         b = random_batch(seed=10 + seed, T=9)
         push = -loss_grad(method, b, b.old_logprobs)  # [B, T]

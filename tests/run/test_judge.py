@@ -32,9 +32,10 @@ def template(tmp_path) -> Path:
 
 
 def test_the_credit_methods_are_the_ones_with_a_twin():
-    assert set(CREDIT) == {"arca", "delta", "entropy_top", "fipo", "gcpo", "grpo_lambda", "p_trace", "s_trace"}
+    credit = {"arca", "delta", "entropy_top", "fipo", "gcpo", "grpo_lambda", "p_trace", "s_trace", "vineppo"}
+    assert set(CREDIT) == credit
     placebo = {n for n in CREDIT if METHODS.get(n).placebo_control}
-    assert placebo == {"arca", "delta", "entropy_top", "gcpo", "s_trace"}  # traces: their credit is 1 at ratio 1
+    assert placebo == {"arca", "delta", "entropy_top", "gcpo", "s_trace", "vineppo"}  # traces: 1 at ratio 1
 
 
 @pytest.mark.parametrize("name", CREDIT)

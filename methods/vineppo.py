@@ -1,0 +1,223 @@
+"""VinePPO: "VinePPO: Refining Credit Assignment in RL Training of LLMs" (Kazemnejad et al. 2024,
+arXiv 2410.01679; official code McGill-NLP/VinePPO, ``MathEpisodeGeneratorWithMCAdvantages`` and
+``PPOTrainer``). PPO without a critic: the value of each state is a Monte-Carlo estimate.
+
+A completion y is cut into reasoning steps s_0 .. s_{S-1} (the official GSM8K task: at each newline,
+the delimiter starting the next step). The states are the prompt (k = 0) and the prompt followed by
+the first k steps; from each of the first ``max_value_steps`` + 1 states, K = ``mc_rollouts``
+continuations are sampled by the current policy and verified, and
+
+    V_k = mean of the K rewards                  (k = 0 .. min(S - 1, max_value_steps))
+    V_S = 0;  V_k = r_k + V_{k+1} beyond those   (r_k = 0 except r_{S-1} = R(y), the completion's reward)
+    A_k = r_k + V_{k+1} - V_k                    (the advantage of step k)
+
+every token of step k gets A_k (the step holding the token's first character), and the advantages
+are whitened, (A - mean) / sqrt(var + 1e-8) over the tokens (unbiased variance), before PPO's clipped
+token surrogate (eps 0.2), averaged over every token of the batch, with a k3 KL term of weight 1e-4
+(the official configs' ``refKl0.0001``, ``klLoss``). The continuations are only verified, never
+trained on: they count apart from the training samples (``extra_samples``) and in the token budget.
+Identical states (the prompt, shared by a group's rows; equal prefixes) are estimated once, as the
+official code deduplicates its value requests.
+
+Twin: ``segmentation: whole``, the completion as one step: A = R(y) - V_0 on every token, with the
+same Monte-Carlo baseline at the prompt, whitening and loss (the credit spread uniformly).
+
+A batch ``augment`` has not seen (the contract tests) takes V_0 = its group's mean reward and no
+other value: A = R - mean on every token, Dr. GRPO's advantage, whitened.
+
+Deviations from the official code, each an option or a stated consequence:
+1. Steps are found in the text by ``step_delimiter`` (the official GSM8K split, "\\n"; chain's
+   partial sums: ","), leading and trailing whitespace-only pieces merged into their neighbours. The
+   official GSM8K task also merges the final answer ("\\n#### ...") into the last step; a task here
+   that writes its answer after a delimiter keeps it as its own step.
+2. A state's prefix is the completion's tokens before the step's first character (a token across a
+   boundary stays with the step of its first character, as the official token advantages do); the
+   official code re-tokenises the prefix text, which can split a token.
+3. Whitening over the rollout batch (``whiten: batch``) where the official code whitens each training
+   batch of 64 episodes across devices; ``grayen`` only divides by the std (its ``grayen_advantages``),
+   ``none`` leaves A as it is.
+4. The k3 KL term is the engine's, with the method's aggregation and no clamp; the official loss sums
+   a k3 clamped to [0, 10] over each sequence's tokens and averages over sequences.
+5. Truncated completions and continuations take the task's reward (0 for an unfinished answer here)
+   where the official code gives its unfinished-response penalty; the official trainer also skips a
+   batch whose mean ratio exceeds a threshold (not here).
+6. The sampling settings are the run's (the official GSM8K runs: temperature 0.6, top-p 0.9, K = 9,
+   25 value steps; its default ``max_step_for_value_estimation`` is 20, used here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from bench.core import RolloutBatch, Sampler, check
+from bench.registry import METHODS
+from methods.common import check_choice
+from methods.grpo import GRPO, GRPOConfig, normalised_advantage
+
+Segmentation = Literal["delimiter", "whole"]
+Whiten = Literal["batch", "grayen", "none"]
+ADVANTAGE = "vine_advantage"  # batch.extra: [B, T] each token's A_k before whitening
+VALUES = "vine_values"  # batch.extra: [B, V] the estimated V_k (NaN where not estimated), for reports
+STEP = "vine_step"  # batch.extra: [B, T] each token's step index (-1 outside the completion)
+
+
+@dataclass(frozen=True)
+class VinePPOConfig(GRPOConfig):
+    aggregation: str = "token-mean"
+    """The official loss: the mean over every token of the batch (masked_mean)."""
+    kl_coef: float = 1e-4
+    """beta of the k3 KL term (the official configs' init_kl_coef 1e-4)."""
+    scale_rewards: bool = False
+    """Only where ``augment`` has not run (V_0 = the group's mean): False, R - mean, not divided by the std."""
+    mc_rollouts: int = 9
+    """K: continuations sampled from each state to estimate its value (official: 9)."""
+    max_value_steps: int = 20
+    """States after at most this many steps are estimated; later ones take the completion's return (official
+    default max_step_for_value_estimation 20; its GSM8K runs 25)."""
+    segmentation: Segmentation = "delimiter"
+    """"delimiter": steps end before each ``step_delimiter``; "whole": the completion is one step (the twin)."""
+    step_delimiter: str = "\n"
+    """The text that starts a new step (official GSM8K: a newline; chain: ",")."""
+    whiten: Whiten = "batch"
+    """"batch": (A - mean) / sqrt(var + 1e-8) over the batch's tokens (official whiten_advantages); "grayen":
+    A / sqrt(var + 1e-8); "none": A as estimated."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.mc_rollouts >= 1, f"mc_rollouts must be >= 1, got {self.mc_rollouts}")
+        check(self.max_value_steps >= 0, f"max_value_steps must be >= 0, got {self.max_value_steps}")
+        check(self.step_delimiter != "", "step_delimiter must not be empty (segmentation: whole for one step)")
+        check_choice("segmentation", self.segmentation, Segmentation)
+        check_choice("whiten", self.whiten, Whiten)
+
+
+@METHODS.register("vineppo")
+class VinePPO(GRPO):
+    Config = VinePPOConfig
+    description = "Monte-Carlo values from K rollouts at each reasoning step; each step's A = V(next) - V(this)"
+    paper = "VinePPO (Kazemnejad et al. 2024), arXiv 2410.01679"
+    twin_options: ClassVar[dict[str, Any] | None] = {"segmentation": "whole"}  # R - V_0 on every token
+    group_relative = False  # its baseline is the Monte-Carlo value, not the group's mean
+    placebo_control = True  # its credit weights tokens (by step) at the first update: the placebo moves them
+
+    def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
+        mask = batch.completion_mask.float()
+        if ADVANTAGE in batch.extra:
+            adv = batch.extra[ADVANTAGE].float() * mask
+        else:  # a batch augment never saw: V_0 = the group's mean reward
+            adv = normalised_advantage(self.config, batch.rewards, batch.group_ids, self.config.scale_rewards)
+            adv = adv[:, None] * mask
+        return whiten(adv, mask, self.config.whiten)
+
+    def augment(self, batch: RolloutBatch, sampler: Sampler) -> RolloutBatch:
+        """Estimate the value of every state of every completion by K verified continuations, and keep
+        each token's step advantage (and the values) in ``batch.extra``."""
+        cfg = self.config
+        starts = sampler.token_starts(batch)
+        steps = [token_steps(text, s, cfg) for text, s in zip(batch.completions, starts)]
+        states = value_states(batch, steps, cfg.max_value_steps)  # (row, k, prefix length) to estimate
+        values = estimate(batch, sampler, states, cfg.mc_rollouts)  # {(row, k): V_k}
+        B, T = batch.completion_mask.shape
+        adv = torch.zeros(B, T)
+        step_of = torch.full((B, T), -1, dtype=torch.long)
+        table = torch.full((B, cfg.max_value_steps + 2), float("nan"))
+        for i, st in enumerate(steps):
+            S = (max(st) + 1) if st else 0
+            v = [values.get((i, k)) for k in range(S)]
+            a = step_advantages(v, float(batch.rewards[i]))
+            for t, k in enumerate(st):
+                adv[i, t], step_of[i, t] = a[k], k
+            for k, x in enumerate(v[: table.shape[1]]):
+                table[i, k] = float("nan") if x is None else x
+        device = batch.completion_mask.device
+        found = {ADVANTAGE: adv.to(device), STEP: step_of.to(device), VALUES: table.to(device)}
+        return dataclasses.replace(batch, extra={**batch.extra, **found})  # the drawn batch is shared by arms
+
+
+def whiten(adv: Tensor, mask: Tensor, how: str) -> Tensor:
+    """The official masked whitening over the valid tokens (unbiased variance, + 1e-8 under the root)."""
+    if how == "none":
+        return adv * mask
+    n = mask.sum()
+    mean = (adv * mask).sum() / n.clamp(min=1)
+    var = (((adv - mean) * mask) ** 2).sum() / (n - 1).clamp(min=1)
+    centred = adv - mean if how == "batch" else adv
+    return centred * torch.rsqrt(var + 1e-8) * mask
+
+
+def split_steps(text: str, delimiter: str) -> list[int]:
+    """The character offsets where the steps of ``text`` start, and its length last: [0, ..., len(text)].
+    A step after the first starts with its delimiter; whitespace-only pieces at either end join their
+    neighbour (official GSM8K: leading empty steps merge into the first non-empty one)."""
+    pieces = text.split(delimiter)
+    idx, pos = [0], 0
+    for j, piece in enumerate(pieces):
+        pos += len(piece) + (len(delimiter) if j else 0)
+        idx.append(pos)
+    bounds = idx[1:-1]  # the ends of every piece but the last
+    keep = [b for j, b in enumerate(bounds) if text[:b].strip() and text[b:].strip()]
+    return [0, *keep, len(text)]
+
+
+def token_steps(text: str, starts: list[int], cfg: VinePPOConfig) -> list[int]:
+    """Each completion token's step (the step holding its first character), numbered 0, 1, ... over the steps
+    some token starts in."""
+    if cfg.segmentation == "whole":
+        return [0] * len(starts)
+    bounds = split_steps(text, cfg.step_delimiter)[1:-1]
+    raw = [sum(c >= b for b in bounds) for c in starts]
+    order = {k: j for j, k in enumerate(dict.fromkeys(raw))}  # a step no token starts in joins the one before
+    return [order[k] for k in raw]
+
+
+def value_states(batch: RolloutBatch, steps: list[list[int]], max_value_steps: int) -> list[tuple[int, int, int]]:
+    """(row, k, prefix tokens) of each state whose value is estimated: the prompt (k = 0) and the state after
+    each of the first steps but the last (the last's value is its reward), up to ``max_value_steps``."""
+    out = []
+    for i, st in enumerate(steps):
+        S = (max(st) + 1) if st else 0
+        for k in range(min(S, max_value_steps + 1)):
+            out.append((i, k, st.index(k) if k else 0))
+    return out
+
+
+def estimate(
+    batch: RolloutBatch, sampler: Sampler, states: list[tuple[int, int, int]], K: int
+) -> dict[tuple[int, int], float]:
+    """V of each state: the mean reward of K continuations of its prefix, each distinct state (prompt and
+    prefix tokens) sampled once."""
+    key = {}
+    for i, k, n in states:
+        prompt = tuple(batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist())
+        key[(i, k)] = (prompt, tuple(batch.completion_ids[i, :n].tolist()))
+    first = {}
+    for (i, k), kk in key.items():
+        first.setdefault(kk, (i, k))
+    unique = list(first.items())
+    if not unique:
+        return {}
+    rows = torch.tensor([first_state[0] for _, first_state in unique for _ in range(K)])
+    prefixes = [torch.tensor(kk[1], dtype=torch.long) for kk, _ in unique for _ in range(K)]
+    done = sampler.complete(batch, rows.to(batch.completion_ids.device), prefixes, extra=True)
+    mean = done.rewards.float().view(len(unique), K).mean(-1).tolist()
+    by_key = {kk: m for (kk, _), m in zip(unique, mean)}
+    return {state: by_key[kk] for state, kk in key.items()}
+
+
+def step_advantages(values: list[float | None], reward: float) -> list[float]:
+    """A_k = r_k + V_{k+1} - V_k with V_S = 0, r only at the last step (the reward), and the values not
+    estimated (None) filled from the end as V_k = r_k + V_{k+1} (the official ``_compute_step_advantages``)."""
+    S = len(values)
+    r = [0.0] * S
+    if S:
+        r[-1] = reward
+    v = [*values, 0.0]
+    for k in range(S - 1, -1, -1):
+        if v[k] is None:
+            v[k] = r[k] + v[k + 1]
+    return [r[k] + v[k + 1] - v[k] for k in range(S)]
