@@ -74,10 +74,10 @@ def effective_credit(
     is not counted, and its rows come after ``batch``'s, whose indices stay valid."""
     batch = batch.to(next(policy.parameters()).device)  # a group restored from a checkpoint is on the CPU
     with local(), torch.inference_mode(False), torch.enable_grad():  # also inside a validation loop
-        counters = sampler.samples, sampler.tokens
+        counters = sampler.samples, sampler.tokens, sampler.extra
         with seeded(4321, devices):
-            batch = method.augment(batch, sampler)  # e.g. IBPO's repairs (not counted as training samples)
-        sampler.samples, sampler.tokens = counters
+            batch = method.augment(batch, sampler)  # IBPO's repairs, VinePPO's values: not counted in the run
+        sampler.samples, sampler.tokens, sampler.extra = counters
         score_batch(policy, ref_policy, method, batch, rl=rl, fused=False)
         credit = method.credit(batch)
         s = forward(policy, batch, rl, with_entropy=False)
