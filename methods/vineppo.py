@@ -63,6 +63,7 @@ Segmentation = Literal["delimiter", "whole"]
 Whiten = Literal["batch", "grayen", "none"]
 ADVANTAGE = "vine_advantage"  # batch.extra: [B, T] each token's A_k before whitening
 VALUES = "vine_values"  # batch.extra: [B, V] the estimated V_k (NaN where not estimated), for reports
+VALUE_SE = "vine_value_se"  # batch.extra: [B, V] each estimate's Monte-Carlo SE, sd of its K rewards / sqrt(K)
 STEP = "vine_step"  # batch.extra: [B, T] each token's step index (-1 outside the completion)
 
 
@@ -104,6 +105,7 @@ class VinePPO(GRPO):
     twin_options: ClassVar[dict[str, Any] | None] = {"segmentation": "whole"}  # R - V_0 on every token
     group_relative = False  # its baseline is the Monte-Carlo value, not the group's mean
     placebo_control = True  # its credit weights tokens (by step) at the first update: the placebo moves them
+    summary = ("vine_value", "vine_value_se")  # the mean estimated value and its Monte-Carlo SE, per run
 
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         mask = batch.completion_mask.float()
@@ -121,11 +123,12 @@ class VinePPO(GRPO):
         starts = sampler.token_starts(batch)
         steps = [token_steps(text, s, cfg) for text, s in zip(batch.completions, starts)]
         states = value_states(batch, steps, cfg.max_value_steps)  # (row, k, prefix length) to estimate
-        values = estimate(batch, sampler, states, cfg.mc_rollouts)  # {(row, k): V_k}
+        values, errors = estimate(batch, sampler, states, cfg.mc_rollouts)  # {(row, k): V_k}, {(row, k): SE}
         B, T = batch.completion_mask.shape
         adv = torch.zeros(B, T)
         step_of = torch.full((B, T), -1, dtype=torch.long)
         table = torch.full((B, cfg.max_value_steps + 2), float("nan"))
+        se = torch.full_like(table, float("nan"))
         for i, st in enumerate(steps):
             S = (max(st) + 1) if st else 0
             v = [values.get((i, k)) for k in range(S)]
@@ -134,9 +137,18 @@ class VinePPO(GRPO):
                 adv[i, t], step_of[i, t] = a[k], k
             for k, x in enumerate(v[: table.shape[1]]):
                 table[i, k] = float("nan") if x is None else x
+                se[i, k] = errors.get((i, k), float("nan"))
         device = batch.completion_mask.device
-        found = {ADVANTAGE: adv.to(device), STEP: step_of.to(device), VALUES: table.to(device)}
+        found = {ADVANTAGE: adv.to(device), STEP: step_of.to(device), VALUES: table.to(device), VALUE_SE: se.to(device)}
         return dataclasses.replace(batch, extra={**batch.extra, **found})  # the drawn batch is shared by arms
+
+    def loss(self, batch: RolloutBatch, logprobs: Tensor, credit: Tensor):
+        out = super().loss(batch, logprobs, credit)
+        if VALUES in batch.extra:  # the minibatch's estimated values and their Monte-Carlo SE
+            v, se = batch.extra[VALUES], batch.extra[VALUE_SE]
+            out.scalars["vine_value"] = v[~v.isnan()].mean() if (~v.isnan()).any() else v.new_tensor(0.0)
+            out.scalars["vine_value_se"] = se[~se.isnan()].mean() if (~se.isnan()).any() else se.new_tensor(0.0)
+        return out
 
 
 def whiten(adv: Tensor, mask: Tensor, how: str) -> Tensor:
@@ -188,9 +200,9 @@ def value_states(batch: RolloutBatch, steps: list[list[int]], max_value_steps: i
 
 def estimate(
     batch: RolloutBatch, sampler: Sampler, states: list[tuple[int, int, int]], K: int
-) -> dict[tuple[int, int], float]:
-    """V of each state: the mean reward of K continuations of its prefix, each distinct state (prompt and
-    prefix tokens) sampled once."""
+) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
+    """V of each state, the mean reward of K continuations of its prefix, and its Monte-Carlo SE (the sd of
+    the K rewards / sqrt(K); NaN for K = 1), each distinct state (prompt and prefix tokens) sampled once."""
     key = {}
     for i, k, n in states:
         prompt = tuple(batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist())
@@ -200,13 +212,15 @@ def estimate(
         first.setdefault(kk, (i, k))
     unique = list(first.items())
     if not unique:
-        return {}
+        return {}, {}
     rows = torch.tensor([first_state[0] for _, first_state in unique for _ in range(K)])
     prefixes = [torch.tensor(kk[1], dtype=torch.long) for kk, _ in unique for _ in range(K)]
     done = sampler.complete(batch, rows.to(batch.completion_ids.device), prefixes, extra=True)
-    mean = done.rewards.float().view(len(unique), K).mean(-1).tolist()
-    by_key = {kk: m for (kk, _), m in zip(unique, mean)}
-    return {state: by_key[kk] for state, kk in key.items()}
+    rewards = done.rewards.float().view(len(unique), K)
+    sd = rewards.std(-1) if K > 1 else torch.full((len(unique),), float("nan"))
+    mean = {kk: m for (kk, _), m in zip(unique, rewards.mean(-1).tolist())}
+    err = {kk: e for (kk, _), e in zip(unique, (sd / K**0.5).tolist())}
+    return {st: mean[kk] for st, kk in key.items()}, {st: err[kk] for st, kk in key.items()}
 
 
 def step_advantages(values: list[float | None], reward: float) -> list[float]:

@@ -15,7 +15,17 @@ from bench.core import RolloutBatch
 from bench.engine.rollout import HFRolloutEngine
 from bench.engine.sampling import RolloutSampler
 from bench.models.policy import build_tiny
-from methods.vineppo import ADVANTAGE, STEP, VALUES, VinePPO, VinePPOConfig, split_steps, step_advantages, whiten
+from methods.vineppo import (
+    ADVANTAGE,
+    STEP,
+    VALUE_SE,
+    VALUES,
+    VinePPO,
+    VinePPOConfig,
+    split_steps,
+    step_advantages,
+    whiten,
+)
 
 CHARS = "0123456789,+"
 ID = {c: i + 3 for i, c in enumerate(CHARS)}  # 0: pad
@@ -68,7 +78,7 @@ def test_steps_start_at_the_delimiter_and_whitespace_joins_its_neighbour():
 def test_values_and_step_advantages_on_a_tree_hand_worked():
     """Row 0 "1,2,3" (R = 1), steps "1" ",2" ",3": A = V1 - V0 = 1/2, V2 - V1 = -1, R - V2 = 1.
     Row 1 "1,5" (R = 0), steps "1" ",5": A = 1/2, 0 - V1 = -1. The prompt and "1" are shared: three
-    distinct states, each sampled K = 2 times, as extra samples."""
+    distinct states, each sampled K = 2 times, as extra samples; the prompt's SE is sd([1, 0]) / sqrt(2)."""
     b = batch_of(["1,2,3", "1,5"], [1.0, 0.0])
     sampler = TreeSampler(TREE)
     m = VinePPO(VinePPOConfig(mc_rollouts=2, step_delimiter=",", whiten="none"))
@@ -78,6 +88,11 @@ def test_values_and_step_advantages_on_a_tree_hand_worked():
     assert out.extra[ADVANTAGE][1, :3].tolist() == [0.5, -1.0, -1.0]
     assert out.extra[STEP].tolist() == [[0, 1, 1, 2, 2], [0, 1, 1, -1, -1]]
     assert out.extra[VALUES][0, :3].tolist() == [0.5, 1.0, 0.0] and out.extra[VALUES][1, :2].tolist() == [0.5, 1.0]
+    assert out.extra[VALUE_SE][0, :3].tolist() == pytest.approx([0.5, 0.0, 0.0])  # sd of [1, 0] / sqrt(2)
+    scalars = m.loss(out, out.old_logprobs, m.credit(out)).scalars  # over the 5 estimated states
+    assert float(scalars["vine_value"]) == pytest.approx(3 / 5) and float(scalars["vine_value_se"]) == pytest.approx(
+        1 / 5
+    )
     assert ADVANTAGE not in b.extra  # the drawn batch is left as it was (the probe's arms share it)
     assert torch.equal(m.credit(out), out.extra[ADVANTAGE] * out.completion_mask)
 
