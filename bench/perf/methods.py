@@ -129,7 +129,7 @@ class ScoringSampler(RolloutSampler):
     def generate(self, prompts, rows):
         raise NoGeneration
 
-    def complete(self, batch, index, prefixes):
+    def complete(self, batch, index, prefixes, extra=False):
         raise NoGeneration
 
 
