@@ -26,6 +26,7 @@ from methods.vineppo import (
     step_advantages,
     whiten,
 )
+from tests.engine.test_behaviour import _Task as EvenLengthTask  # even length: correct
 
 CHARS = "0123456789,+"
 ID = {c: i + 3 for i, c in enumerate(CHARS)}  # 0: pad
@@ -139,23 +140,9 @@ def test_the_real_sampler_counts_the_rollouts_as_extra_and_maps_characters_to_to
     continuations are extra samples (the sample budget unchanged) whose tokens count, and each value is a
     mean of K rewards."""
 
-    class EvenTask:
-        def verify(self, texts, rows, details=False):
-            @dataclasses.dataclass
-            class Outcome:
-                reward: float
-                correct: bool
-                parsed: str = ""
-                correct_flexible: bool = False
-
-            return [Outcome(float(len(t) % 2 == 0), len(t) % 2 == 0) for t in texts]
-
-        def prompt(self, row, tokenizer):
-            return row["prompt"]
-
     model, tok = build_tiny("tiny-500k", seed=0)
     sampling = SamplingConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12)
-    sampler = RolloutSampler(HFRolloutEngine(model.eval(), tok), tok, EvenTask(), sampling, policy=model)
+    sampler = RolloutSampler(HFRolloutEngine(model.eval(), tok), tok, EvenLengthTask(), sampling, policy=model)
     torch.manual_seed(0)
     batch, _ = sampler.rollout([{"prompt": "1+2+3="}, {"prompt": "4+5="}], 2, sampling, details=False)
     starts = sampler.token_starts(batch)
