@@ -129,7 +129,7 @@ class RLConfig:
     (bench.engine.lm_head), so no [tokens x vocabulary] tensor exists (a Hub vocabulary: 151,936).
     The tiny policies' logits stay below it and take the whole head. Equal to the whole head to
     float precision, so not part of a run's identity. 0: never chunked."""
-    old_logprobs: Literal["auto", "rescore", "rollout"] = "rescore"
+    old_logprobs: Literal["auto", "rescore", "rollout"] = "auto"
     """Where an update that is not fused (more than one minibatch or epoch) takes the behaviour
     log-probs and entropies from. ``rescore``: a no-grad forward of the rollout batch before the
     update. ``rollout``: the rollout's own decode steps, which computed every sampled token's logits
@@ -141,14 +141,14 @@ class RLConfig:
     its lean path (top-k, top-p, a model's own logits processors), it is rescored. The first minibatch
     (before any optimizer step) takes them from its own training forward, detached, so its ratios are
     exactly 1 either way. The in-process engine only (rollout.engine hf). ``auto``: ``rollout`` with the
-    in-process engine, ``rescore`` with vLLM (whose log-probs are another implementation's). The
-    default, ``rescore``, is what the committed results were made with."""
-    packed_update: bool = False
+    in-process engine, ``rescore`` with vLLM (whose log-probs are another implementation's), the
+    default."""
+    packed_update: bool = True
     """The update's forward and backward on the valid positions only (the prompts' real tokens and each
     row's completion), as the no-grad passes run: the forward and the input gradients are the same bits
     as on the padded layout, but the weight gradients sum over fewer rows in another order, so they
     differ in the last bits. False: the padded layout (each row padded to the longest completion of
-    its minibatch), what the committed results were made with."""
+    its minibatch)."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 1, f"rl.steps must be >= 1, got {self.steps}")

@@ -99,7 +99,7 @@ def test_scoring_takes_the_rollouts_log_probs_and_runs_no_pass_of_the_policy(tin
     score_batch(model, None, method, batch, rl=_rl(old_logprobs="rollout"))
     assert calls == [] and batch.old_logprobs is batch.extra[BEHAVIOUR[0]]
     assert batch.entropy is batch.extra[BEHAVIOUR[1]]
-    # rescore (the default) computes them, and so does a batch with a row the rollout did not sample whole
+    # rescore computes them, and so does a batch with a row the rollout did not sample whole
     again = _rollout(model, tok, 1.0, True)
     score_batch(model, None, method, again, rl=_rl())
     assert calls == [1] and again.old_logprobs is not again.extra[BEHAVIOUR[0]]
@@ -223,7 +223,8 @@ def test_auto_records_where_the_update_is_not_fused_and_the_engine_can():
         hf, RLConfig(ppo_epochs=2, **auto)
     )
     assert not records_behaviour(hf, RLConfig(**auto))  # fused: the training forward gives them
-    assert not records_behaviour(hf, RLConfig(minibatches=2))  # the default: rescored
+    assert records_behaviour(hf, RLConfig(minibatches=2))  # the default is auto
+    assert not records_behaviour(hf, RLConfig(minibatches=2, old_logprobs="rescore"))
     assert not records_behaviour(Other(), RLConfig(minibatches=2, **auto))
 
 
@@ -240,9 +241,9 @@ def test_a_run_made_before_the_options_keeps_its_identity():
     for key in ("micro_batch_tokens", "lm_head_chunk_elements", *LATER):
         d["rl"].pop(key)
     assert config_hash(before) == hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    hashes = {config_hash(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **o))) for o in (
-        {"old_logprobs": "rescore", "packed_update": False}, {"old_logprobs": "rollout"}, {"packed_update": True},
-        {"old_logprobs": "auto", "packed_update": True})}  # fmt: skip
+    settings = [{"old_logprobs": o, "packed_update": p} for o, p in
+                (("rescore", False), ("rollout", False), ("rescore", True), ("auto", True))]  # fmt: skip
+    hashes = {config_hash(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **o))) for o in settings}
     assert len(hashes) == 4
     from bench.sweep.sweep import load_spec
 
