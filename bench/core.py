@@ -131,13 +131,13 @@ class Sampler(Protocol):
         and verify it against that row's problem. Returns a batch of ``len(index)`` rows with the
         same prompts, rows and group ids; completion = prefix + continuation. Log-probs are filled
         by the engine afterwards, like any rollout's. The continuations count as training samples
-        (IBPO's repairs, trained on), or with ``extra`` apart from them, as ``generate``'s do
-        (VinePPO's Monte-Carlo rollouts, only verified); their tokens count in the token budget."""
+        (a method's repairs, trained on), or with ``extra`` apart from them, as ``generate``'s do
+        (a method's value estimates, only verified); their tokens count in the token budget."""
         ...
 
     def token_starts(self, batch: RolloutBatch) -> list[list[int]]:
         """For each row, the character offset in its completion text (``batch.completions``) at which
-        each of its completion tokens starts, as the tokenizer decodes them (VinePPO's steps, found
+        each of its completion tokens starts, as the tokenizer decodes them (a method's steps, found
         in the text, mapped to tokens)."""
         ...
 
@@ -295,7 +295,7 @@ class Method:
 
     group_relative: ClassVar[bool] = True
     """Whether the credit's sign follows each row's reward against its group's mean (the contract tests
-    hold it); False for a method with a baseline of its own (VinePPO's Monte-Carlo values)."""
+    hold it); False for a method with a baseline of its own (Monte-Carlo values)."""
 
     run_settings: ClassVar[dict[str, Any]] = {}
     """Run settings (dotted config keys) this method cannot run without, which a generated sweep gives

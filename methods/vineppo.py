@@ -55,6 +55,7 @@ import torch
 from torch import Tensor
 
 from bench.core import RolloutBatch, Sampler, check
+from bench.numerics import masked_mean, masked_sum
 from bench.registry import METHODS
 from methods.common import check_choice
 from methods.grpo import GRPO, GRPOConfig, normalised_advantage
@@ -156,8 +157,8 @@ def whiten(adv: Tensor, mask: Tensor, how: str) -> Tensor:
     if how == "none":
         return adv * mask
     n = mask.sum()
-    mean = (adv * mask).sum() / n.clamp(min=1)
-    var = (((adv - mean) * mask) ** 2).sum() / (n - 1).clamp(min=1)
+    mean = masked_mean(adv, mask)
+    var = masked_sum((adv - mean) ** 2, mask) / (n - 1).clamp(min=1)
     centred = adv - mean if how == "batch" else adv
     return centred * torch.rsqrt(var + 1e-8) * mask
 

@@ -76,7 +76,7 @@ def effective_credit(
     with local(), torch.inference_mode(False), torch.enable_grad():  # also inside a validation loop
         counters = sampler.samples, sampler.tokens, sampler.extra
         with seeded(4321, devices):
-            batch = method.augment(batch, sampler)  # IBPO's repairs, VinePPO's values: not counted in the run
+            batch = method.augment(batch, sampler)  # a method's own generations: not counted in the run
         sampler.samples, sampler.tokens, sampler.extra = counters
         score_batch(policy, ref_policy, method, batch, rl=rl, fused=False)
         credit = method.credit(batch)

@@ -1,6 +1,6 @@
 """Credit against the true advantage: how a method's effective credit c_t = -dL/d log pi(y_t)
 (:func:`bench.engine.credit_map.effective_credit`) ranks a completion's tokens against a Monte-Carlo estimate
-of each token's advantage A_t (VinePPO's step advantages, ``methods.vineppo``: A_k = V_{k+1} - V_k of the
+of each token's advantage A_t (Monte-Carlo step advantages, A_k = V_{k+1} - V_k of the
 step holding the token), on the same batch. Over a completion's valid tokens:
 
     rank_corr    Spearman's rho of c_t and A_t (mid-ranks for ties); undefined where either is constant;
