@@ -81,6 +81,12 @@ class MethodSpec:
     placebo: bool = False
     """Train the method's placebo: its effective per-token credit permuted at random within each
     completion (bench.engine.placebo), everything else of its recipe kept."""
+    oracle: bool = False
+    """Train the method's oracle: its credit moved onto each step's Monte-Carlo advantage under the policy
+    (bench.engine.oracle), the same credit mass, everything else of its recipe kept; on a task that says
+    where its steps end (Task.step_delimiter). The credit probe's ceiling for a twin."""
+    oracle_rollouts: int = 9
+    """K: continuations per state of the oracle's Monte-Carlo values (counted as extra samples)."""
 
 
 @dataclass

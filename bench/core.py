@@ -214,6 +214,9 @@ class Task:
     executes_code: ClassVar[bool] = False
     """True for tasks whose verifier runs model-written programs: they only run after an explicit
     opt-in (``allow_code_execution`` / ``--allow_code_execution`` / $CREDITBENCH_ALLOW_CODE_EXECUTION=1)."""
+    step_delimiter: ClassVar[str | None] = None
+    """The text that starts each new step of a completion, where the task can say where its steps end (the
+    Monte-Carlo step values of bench.engine.mc_values and the probe's oracle arm need it); None: it cannot."""
 
     def __init__(self, config: TaskConfig | None = None):
         self.config = config if config is not None else self.Config()

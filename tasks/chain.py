@@ -39,6 +39,7 @@ class Chain(SyntheticTask):
         "Add the digits left to right; after each addition write the running sum mod 10, separated by "
         "commas, then the last one within \\boxed{{}}."
     )
+    step_delimiter = ","  # a step is one running sum (the boxed answer the last)
 
     def make_problem(self, rng: random.Random) -> dict[str, Any]:
         digits = [rng.randrange(10) for _ in range(self.config.steps)]

@@ -51,6 +51,11 @@ def parser() -> ArgumentParser:
     ap.add_argument("--reference", default=d.reference, help="control (each pair's twin) or a label of the sweep")
     ap.add_argument("--lrs", type=_floats, default=d.lrs, help="common learning rates (default 1e-4,2e-4)")
     ap.add_argument("--placebo", action="store_true", help="also each method against its placebo")
+    ap.add_argument("--oracle", action="store_true", help="also each twin's oracle (the ceiling)")
+    ap.add_argument("--oracle_rollouts", type=int, default=d.oracle_rollouts,
+                    help=f"K continuations per state of the oracle's values (default {d.oracle_rollouts})")  # fmt: skip
+    ap.add_argument("--oracle_batches", type=int, default=None,
+                    help="oracle arms and credit quality on the first this many batches (default all)")  # fmt: skip
     ap.add_argument("--segment_steps", type=int, default=0, help="K > 0: paired segments of K updates")
     ap.add_argument("--segment_batches", type=int, default=0, help="segments per checkpoint")
     ap.add_argument("--eval_problems", type=int, default=None, help="problems J is scored on (default: the sweep's)")

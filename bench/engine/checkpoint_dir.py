@@ -37,6 +37,9 @@ def identity(cfg, tracking: tuple[str, ...]) -> dict:
     for key, before in LATER.items():
         if d["rl"].get(key) == before:
             d["rl"].pop(key)
+    if not d["method"].get("oracle", False):  # added later too: a run without the oracle is the run it was
+        d["method"].pop("oracle", None)
+        d["method"].pop("oracle_rollouts", None)
     return d
 
 

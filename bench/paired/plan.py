@@ -47,6 +47,14 @@ class ProbeOptions:
     """Common learning rates: every arm updates at each (besides its tuned rate, when the sweep has one)."""
     placebo: bool = False
     """Also update each method's placebo, where the sweep lists one."""
+    oracle: bool = False
+    """Also update each twin's oracle (bench.engine.oracle: the twin's credit moved onto the Monte-Carlo step
+    advantages), paired with the twin: the ceiling each method's effect is read against (bench.report.oracle)."""
+    oracle_rollouts: int = 9
+    """K: continuations per state of the oracle's values (and of the credit-quality scores' true advantage)."""
+    oracle_batches: int | None = None
+    """The oracle arms update, and the credit-quality scores are taken, on the first this many batches of each
+    checkpoint (None: every batch); the other arms on every batch."""
     segment_steps: int = 0
     """K > 0: paired segments of K updates per arm with common random numbers (bench.paired.segment)."""
     segment_batches: int = 0
@@ -82,6 +90,11 @@ class ProbeOptions:
         )
         check(all(x > 0 for x in self.lrs), f"lrs must be learning rates > 0, got {list(self.lrs)}")
         check(self.segment_steps >= 0 and self.segment_batches >= 0, "segment_steps and segment_batches must be >= 0")
+        check(self.oracle_rollouts >= 1, f"oracle_rollouts must be >= 1, got {self.oracle_rollouts}")
+        check(
+            self.oracle_batches is None or 1 <= self.oracle_batches <= self.batches,
+            f"oracle_batches must be in [1, batches = {self.batches}] (null: every batch), got {self.oracle_batches}",
+        )
         check(
             (self.segment_steps > 0) == (self.segment_batches > 0),
             "segment_steps and segment_batches go together (both > 0, or both 0)",
@@ -110,7 +123,7 @@ class Arm:
 class Pair:
     method: str  # the credit method's label
     control: str  # its twin's or placebo's label
-    kind: str  # "twin" | "placebo"
+    kind: str  # "twin" | "placebo" | "oracle" (the twin's oracle against the twin: the ceiling)
 
 
 @dataclass
@@ -177,6 +190,8 @@ def probe_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | 
     labels = {x: first[x] for p in pairs for x in (p.method, p.control)}
     rates = {x: sorted({*options.lrs, *([tuned[x]] if x in tuned else [])}) for x in labels}
     references = _trajectory_labels(pairs, first, options.reference, spec.name)
+    if options.oracle:
+        _add_oracles(pairs, labels, rates, tuned, references, options)
     if options.reference != "control":  # the named label's trajectory: its configuration is needed too
         labels[options.reference] = first[options.reference]
     notes = [] if tuned else [f"no tuned rates for this model (results/{spec.name}/tuning.json): the common rates only"]
@@ -215,6 +230,31 @@ def _pairs(controls: dict[str, list[str]], first: dict[str, RunConfig], placebo:
             if kind == "twin" or placebo:
                 pairs.append(Pair(method, c, kind))
     return pairs
+
+
+def oracle_label(twin: str) -> str:
+    return f"{twin}-oracle"
+
+
+def _add_oracles(pairs: list[Pair], labels: dict, rates: dict, tuned: dict, references: dict, o: ProbeOptions) -> None:
+    """Each twin's oracle (its run configuration with ``method.oracle``) at the twin's rates and reference,
+    paired with the twin (kind "oracle"); refused in one line on a task without steps."""
+    from bench.run.resolve import resolve
+
+    for p in [p for p in pairs if p.kind == "twin"]:
+        name = oracle_label(p.control)
+        if name in labels:
+            continue
+        cfg = labels[p.control]
+        cfg = dataclasses.replace(
+            cfg, method=dataclasses.replace(cfg.method, oracle=True, oracle_rollouts=o.oracle_rollouts)
+        )
+        resolve(cfg)  # the task must say where its steps end
+        labels[name], rates[name] = cfg, list(rates[p.control])
+        if p.control in tuned:
+            tuned[name] = tuned[p.control]
+        references[name] = references[p.method]
+        pairs.append(Pair(name, p.control, "oracle"))
 
 
 def _trajectory_labels(pairs: list[Pair], first: dict[str, RunConfig], reference: str, sweep: str) -> dict[str, str]:

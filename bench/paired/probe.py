@@ -53,7 +53,12 @@ def _work(task: dict[str, Any]) -> list[dict[str, Any]]:
     ws = _WORKSPACE[ckpt.name]
     if task["kind"] == "segment":
         return [r for i in task["indices"] for r in segment(ws, arms, i, task["steps"])]
-    return [r for i in task["indices"] for r in paired_batch(ws, arms, i, task["pairs"], i < task["blame_batches"])]
+    limit = task["oracle_batches"]  # None: the oracle arms update on every batch
+    return [
+        r
+        for i in task["indices"]
+        for r in paired_batch(ws, arms, i, task["pairs"], i < task["blame_batches"], oracle=limit is None or i < limit)
+    ]
 
 
 class _Inline:
@@ -100,7 +105,8 @@ def tasks(plan: ProbePlan, checkpoints: dict[str, list], parts: int) -> list[dic
         pairs = [p for p in plan.pairs if plan.references[p.method] == ref]
         for ckpt in checkpoints.get(ref, []):
             common = {"cfg": plan.labels[ref], "checkpoint": ckpt, "arms": arms, "problems": problems,
-                      "seed": o.seed, "pairs": pairs, "blame_batches": o.blame_batches}  # fmt: skip
+                      "seed": o.seed, "pairs": pairs, "blame_batches": o.blame_batches,
+                      "oracle_batches": o.oracle_batches}  # fmt: skip
             out += [{**common, "kind": "batch", "indices": c} for c in _chunks(o.batches, parts)]
             out += [
                 {**common, "kind": "segment", "indices": c, "steps": o.segment_steps}

@@ -10,7 +10,7 @@ different samples. A method against itself, or a twin against a copy of itself, 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,6 +48,8 @@ class Workspace:
     j0: float
     grad: list[torch.Tensor]
     probe_seed: int
+    oracle_rollouts: int | None = None  # K of the oracle arms' values; None: the probe has no oracle
+    truths: dict[str, torch.Tensor] = field(default_factory=dict)  # batch digest -> its true advantages
 
     @classmethod
     def build(cls, cfg: RunConfig, checkpoint: Checkpoint, arms: list[Arm], problems: int, probe_seed: int):
@@ -68,7 +70,8 @@ class Workspace:
         temperature = cfg.eval.sampling.temperature or 1.0
         j0, _ = exact_objective(policy, j_completions, temperature)
         grad = objective_gradient(policy, j_completions, temperature)
-        return cls(
+        oracles = [arm.cfg.method.oracle_rollouts for arm in arms if arm.cfg.method.oracle]
+        ws = cls(
             checkpoint=checkpoint,
             policy=policy,
             scratch=copy.deepcopy(policy),
@@ -82,13 +85,33 @@ class Workspace:
             j0=j0,
             grad=grad,
             probe_seed=probe_seed,
+            oracle_rollouts=oracles[0] if oracles else None,
         )
+        for m in methods.values():
+            if getattr(m, "oracle", False):
+                m.estimates = ws.truth  # every oracle arm of a batch takes one estimate
+        return ws
 
     def seed(self, *parts: object) -> int:
         return stream_seed(self.probe_seed, self.checkpoint.name, *parts)
 
     def sampler(self, policy, cfg: RunConfig, seed: int, shared: bool) -> SeededSampler:
         return SeededSampler(policy, self.tokenizer, self.task, cfg.rl.sampling, seed, shared)
+
+    def truth(self, batch: RolloutBatch, sampler: SeededSampler) -> torch.Tensor:
+        """Each completion token's Monte-Carlo step advantage on ``batch`` under the checkpoint's policy
+        (bench.engine.oracle), estimated once per batch with the batch's own seed: the same whichever arm
+        asks first. A sampler of another policy (a segment's arm) estimates afresh, in the caller's seed."""
+        from bench.engine.oracle import true_advantages
+
+        K, steps = self.oracle_rollouts or 1, self.task.step_delimiter
+        if sampler.policy is not self.policy:
+            return true_advantages(batch, sampler, K, steps)
+        key = batch_digest(batch)
+        if key not in self.truths:
+            with seeded(self.seed("oracle", key)):
+                self.truths[key] = true_advantages(batch, sampler, K, steps)
+        return self.truths[key].clone()
 
     def reset(self) -> None:
         """The scratch policy back at the checkpoint's weights."""
@@ -168,10 +191,18 @@ def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> tuple[Ro
 
 
 def paired_batch(
-    ws: Workspace, arms: list[Arm], index: int, pairs: list[Pair], blame: bool = True, share: bool = True
+    ws: Workspace,
+    arms: list[Arm],
+    index: int,
+    pairs: list[Pair],
+    blame: bool = True,
+    share: bool = True,
+    oracle: bool = True,
 ) -> list[dict[str, Any]]:
     """Batch ``index`` of the checkpoint: one update per arm from the checkpoint on the shared batch; one
-    record per arm (with each label's blame alignment where ``blame``). With ``share`` the arms share
+    record per arm (with each label's blame alignment where ``blame``, and its credit quality against the
+    true advantages where the probe has oracle arms and ``oracle``: else the oracle arms sit the batch
+    out). With ``share`` the arms share
     what they compute alike: the scoring passes (:class:`SharedScores`) and, among one label's rates, the
     first minibatch's gradient (:class:`bench.engine.step.FirstGradient`); the records are the same to
     the bit either way (tests/paired/test_paired.py)."""
@@ -181,10 +212,11 @@ def paired_batch(
     out, aligned = [], {}
     scores = SharedScores() if share else None
     first: dict[str, FirstGradient] = {}
-    for arm in arms:
+    truth = oracle and ws.oracle_rollouts is not None
+    for arm in [a for a in arms if truth or not a.cfg.method.oracle]:
         raw, batch = draw(ws, arm, sampler, seed)
         if blame and arm.label not in aligned:  # the credit at the checkpoint (ratio 1) is the same at any rate
-            aligned[arm.label] = blame_alignment(ws, arm, raw, sampler)
+            aligned[arm.label] = blame_alignment(ws, arm, raw, sampler, truth)
         ws.reset()
         opt = ws.optimization(arm)
         if share:  # a label's arms differ only in the rate, which acts after the first gradient
@@ -212,13 +244,17 @@ def paired_batch(
     return out
 
 
-def blame_alignment(ws: Workspace, arm: Arm, batch: RolloutBatch, sampler: SeededSampler) -> dict[str, float | None]:
+def blame_alignment(
+    ws: Workspace, arm: Arm, batch: RolloutBatch, sampler: SeededSampler, truth: bool = False
+) -> dict[str, float | None]:
     """How much of the method's effective credit on the (drawn, not augmented) batch's failed completions
     lands on the token where each first went wrong (bench.engine.blame), under the checkpoint's policy:
     ``blame_share`` (uniform credit gives ``blame_uniform_share``), ``blame_rank_frac`` (0.5 is chance),
-    over ``blame_n`` rows."""
+    over ``blame_n`` rows; with ``truth``, the same credit against the batch's true advantages
+    (bench.engine.credit_quality): ``quality_rank_corr``, ``quality_worst_share`` and so on."""
     from bench.engine.blame import alignment, blame_tokens
     from bench.engine.credit_map import effective_credit
+    from bench.engine.credit_quality import credit_quality
 
     method = ws.methods[arm.key]
     b, credit = effective_credit(ws.policy, ws.ref_policy, method, sampler, arm.cfg.rl, batch, [])
@@ -226,7 +262,12 @@ def blame_alignment(ws: Workspace, arm: Arm, batch: RolloutBatch, sampler: Seede
     rows = [i for i, t in enumerate(tokens) if t is not None]
     a = alignment(credit, b.completion_mask, rows, [tokens[i] for i in rows])
     keys = ("share", "rank_frac", "uniform_share", "n")
-    return {f"blame_{k}": a.get(k) for k in keys}
+    out = {f"blame_{k}": a.get(k) for k in keys}
+    if truth:  # the drawn batch's digest is every arm's of the label: one estimate for all of them
+        n = batch.size  # the method's own rows (effective_credit's augment) come after the drawn ones
+        q = credit_quality(credit[:n], ws.truth(batch, sampler), b.completion_mask[:n], b.correct[:n])
+        out |= {f"quality_{k}": (None if v != v else v) for k, v in q.items()}  # NaN: no completion defines it
+    return out
 
 
 def check_pairing(records: list[dict[str, Any]], pairs: list[Pair]) -> None:

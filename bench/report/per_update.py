@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from bench.paired.stats import Unit, index, nested, per_trajectory, settings, stratum_mean
+from bench.report import oracle
 from bench.report.comparisons import where
 from bench.report.inference import row_pairs
 from bench.report.sequential import Sequential, analyse
@@ -265,6 +266,8 @@ def report(probe: dict[str, Any], sweep_report: dict[str, Any] | None = None) ->
         "arms": arms(probe),
         "segments": segments(probe),
         "end_to_end": end_to_end(probe, sweep_report),
+        "oracle": oracle.shares(probe),
+        "quality": oracle.quality(probe),
         "wall_s": probe["wall_s"],
         "jobs": probe["jobs"],
     }

@@ -77,6 +77,7 @@ def markdown(rep: dict[str, Any]) -> str:
             f"| {a['label']} | {a['lr']:g} | {a['dj']:.2f} | {a['first_order']:.2f} | {a['cos']:.3f} | {share} | "
             f"{rank} | {a['skipped']} |"
         )
+    lines += _ceiling(rep)
     if rep["segments"]:
         lines += _head(
             "Segments of K updates (common random numbers): the difference of J's gain since the "
@@ -90,6 +91,53 @@ def markdown(rep: dict[str, Any]) -> str:
                 f"{100 * s['shared']:.0f}% |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _ceiling(rep: dict[str, Any]) -> list[str]:
+    """The credit ceiling (bench.report.oracle): each method's effect as a share of its twin's oracle's, and
+    each label's credit against the true advantages beside its gain; nothing for a probe without oracle arms."""
+    lines: list[str] = []
+    if rep.get("oracle"):
+        lines += _head(
+            "The credit ceiling: each method's effect over its twin as a share of the twin's oracle's (the twin's "
+            "credit moved onto the Monte-Carlo step advantages, the same mass), on the batches all three updated "
+            "on; Fieller's interval, Bonferroni over the shares (– where the oracle's gain over the twin is not "
+            "resolved above 0).",
+            ["method", "twin", "setting", "trajectories", "method - twin", "oracle - twin [CI]", "share of the oracle"],
+        )
+        for r in rep["oracle"]:
+            sh = r["share"]
+            share = (
+                fmt.DASH if sh is None else f"{100 * sh['mean']:+.0f}% [{100 * sh['lo']:+.0f}, {100 * sh['hi']:+.0f}]"
+            )
+            oracle = (
+                fmt.interval(r["oracle_effect"], r["oracle_lo"], r["oracle_hi"], "+.2f")
+                if "oracle_lo" in r
+                else f"{r['oracle_effect']:+.2f}"
+            )
+            lines.append(
+                f"| {r['method']} | {r['twin']} | {r['setting']} | {r['n']} | {r['method_effect']:+.2f} | {oracle} | "
+                f"{share} |"
+            )
+    if rep.get("quality"):
+        lines += _head(
+            "Credit against the true advantage (bench.engine.credit_quality), on the batches that measure it: "
+            "Spearman's rho of the effective credit with the Monte-Carlo step advantage within a completion; the "
+            "share of a failed (correct) completion's negative (positive) credit on its lowest (highest) step, "
+            "uniform's beside; each label's dJ per update beside.",
+            ["label", "lr", "dJ", "rank corr", "worst-step share (uniform)", "best-step share (uniform)", "batches"],
+        )
+
+        def pair(a, b) -> str:
+            return fmt.DASH if a is None else f"{a:.3f} ({b:.3f})"
+
+        for q in rep["quality"]:
+            rho = fmt.DASH if q["rank_corr"] is None else f"{q['rank_corr']:+.3f}"
+            lines.append(
+                f"| {q['label']} | {q['lr']:g} | {q['dj']:.2f} | {rho} | {pair(q['worst_share'], q['worst_uniform'])} "
+                f"| {pair(q['best_share'], q['best_uniform'])} | {q['batches']} |"
+            )
+    return lines
 
 
 def _head(intro: str, columns: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.config import RunConfig
 from bench.core import Method, Task, check
+from bench.engine.oracle import with_oracle
 from bench.engine.placebo import with_placebo
 from bench.errors import CreditBenchError
 from bench.options import build_config
@@ -43,6 +44,7 @@ def resolve(cfg: RunConfig) -> Resolved:
     method = method_cls(build_config(method_cls.Config, cfg.method.options, f"method {cfg.method.name!r}"))
     method = with_placebo(method, cfg.method.placebo, cfg.seed)
     task = _build_task(cfg.task.name, cfg.task.options)
+    method = with_oracle(method, cfg.method.oracle, cfg.method.oracle_rollouts, task)
     eval_tasks = _eval_tasks(cfg, task)
     check(cfg.threads >= 0, f"threads must be >= 0, got {cfg.threads}")
     check(

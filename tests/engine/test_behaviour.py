@@ -240,11 +240,15 @@ def test_a_run_made_before_the_options_keeps_its_identity():
         d.pop(key)
     for key in ("micro_batch_tokens", "lm_head_chunk_elements", *LATER):
         d["rl"].pop(key)
+    for key in ("oracle", "oracle_rollouts"):  # the method's oracle, added later, off
+        d["method"].pop(key)
     assert config_hash(before) == hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
     settings = [{"old_logprobs": o, "packed_update": p} for o, p in
                 (("rescore", False), ("rollout", False), ("rescore", True), ("auto", True))]  # fmt: skip
     hashes = {config_hash(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **o))) for o in settings}
     assert len(hashes) == 4
+    oracle = dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, oracle=True))
+    assert config_hash(oracle) != config_hash(cfg)
     from bench.sweep.sweep import load_spec
 
     sweep = load_spec("results/sweeps/embedded.yaml")

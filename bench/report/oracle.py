@@ -1,0 +1,89 @@
+"""The credit ceiling in a credit probe's records: each method's per-update effect as a share of its twin's
+oracle's (bench.engine.oracle: the twin's credit moved onto the Monte-Carlo step advantages), and each
+label's credit against those true advantages (bench.engine.credit_quality) beside its effect.
+
+For a credit method M with twin C and the twin's oracle O at a setting, over the batches all three updated
+on (the oracle arms may sit out some: ``oracle_batches``), each trajectory t gives (the mean over its
+checkpoints of their batch means, bench.paired.stats.per_trajectory)
+
+    m_t = dJ_M - dJ_C        o_t = dJ_O - dJ_C        share = mean(m_t) / mean(o_t)
+
+and the share's interval is Fieller's (bench.stats.ratio) at the Student-t quantile on T - 1 df,
+Bonferroni over every share the report prints (a fixed-design interval over the trajectories all three
+hold). No share is printed where the oracle's own gain over the twin is not resolved above 0 at that
+critical value: a ceiling that may be 0 or below bounds nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from bench.paired.stats import Unit, index, per_trajectory, settings, stratum_mean
+from bench.stats.ratio import fieller
+
+QUALITY = ("quality_rank_corr", "quality_worst_share", "quality_worst_uniform", "quality_best_share",
+           "quality_best_uniform")  # fmt: skip
+"""The credit-quality fields of a probe record (bench.paired.update.blame_alignment)."""
+
+
+def _triples(plan: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(method, twin, oracle) for each credit method whose twin has an oracle in the plan."""
+    oracle_of = {p["control"]: p["method"] for p in plan["pairs"] if p["kind"] == "oracle"}
+    return [(p["method"], p["control"], oracle_of[p["control"]]) for p in plan["pairs"]
+            if p["kind"] == "twin" and p["control"] in oracle_of]  # fmt: skip
+
+
+def shares(probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each credit method's share of its twin's oracle's effect at each setting, with Fieller's interval
+    (the module docstring); [] for a probe without oracle arms."""
+    plan = probe["plan"]
+    triples = _triples(plan)
+    if not triples:
+        return []
+    order = list(plan["options"]["reference_seeds"])
+    dj = index(probe["updates"], "dj")
+    cells = []
+    for setting, rate in settings({**plan, "pairs": [p for p in plan["pairs"] if p["kind"] != "placebo"]}):
+        for m, c, o in triples:
+            a, b, k = (m, rate.get(m)), (c, rate.get(c)), (o, rate.get(o))
+            units = sorted(set(dj[a]) & set(dj[b]) & set(dj[k]))
+            x = per_trajectory({u: dj[a][u] - dj[b][u] for u in units}, order)
+            y = per_trajectory({u: dj[k][u] - dj[b][u] for u in units}, order)
+            cells.append((setting, m, c, o, a[1], units, np.array(list(x.values())), np.array(list(y.values()))))
+    tests = sum(1 for cell in cells if len(cell[6]) >= 3)
+    alpha = plan["options"]["alpha"]
+    out = []
+    for setting, m, c, o, lr, units, x, y in cells:
+        row = {"setting": setting, "method": m, "twin": c, "oracle": o, "lr": lr, "n": len(x),
+               "batches": len(units), "method_effect": float(x.mean()) if len(x) else math.nan,
+               "oracle_effect": float(y.mean()) if len(y) else math.nan, "share": None}  # fmt: skip
+        if len(x) >= 3:
+            q = float(stats.t.ppf(1 - alpha / (2 * tests), len(x) - 1))
+            r = fieller(x, y, q)
+            half = q * float(np.std(y, ddof=1)) / math.sqrt(len(y))
+            row |= {"critical": q, "oracle_lo": row["oracle_effect"] - half, "oracle_hi": row["oracle_effect"] + half}
+            if r is not None and row["oracle_effect"] > 0:
+                row["share"] = {"mean": r.estimate, "lo": r.lo, "hi": r.hi}
+        out.append(row)
+    return out
+
+
+def quality(probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each label's credit against the true advantages (the mean over checkpoints of the batches' scores,
+    on the batches that hold them) beside its mean gain in J per update at each rate; [] without them."""
+    out = []
+    for (label, lr), values in sorted(index(probe["updates"], "dj").items()):
+        rs = [r for r in probe["updates"] if r["label"] == label and r["lr"] == lr]
+        scored = [r for r in rs if r.get("quality_rank_corr") is not None or r.get("quality_worst_share") is not None]
+        if not scored:
+            continue
+        row: dict[str, Any] = {"label": label, "lr": lr, "dj": stratum_mean(values), "batches": len(scored)}
+        for key in QUALITY:
+            kept = {Unit.of(r): r[key] for r in scored if r.get(key) is not None}
+            row[key.removeprefix("quality_")] = stratum_mean(kept) if kept else None
+        out.append(row)
+    return out
