@@ -15,11 +15,13 @@ from typing import Any
 from bench.atomic import write_atomic
 from bench.paired.plan import ProbePlan, describe
 
-PACE_S = {"trajectory_step": 0.75, "update": 0.45, "segment_update": 0.75}
+PACE_S = {"trajectory_step": 0.75, "update": 0.45, "segment_update": 0.75, "oracle_rollout": 0.23}
 """Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured: an update
 from the whole embedded probe (2,880 paired updates, a quarter of the batches measuring blame alignment,
 the arms sharing their scoring and first gradient; results/benchmarks/probe_cost.md), less its trajectories'
-steps. The dry run scales them by the model's parameters."""
+steps; an oracle's true advantages cost ``oracle_rollout`` a batch for each of the K continuations per state
+(2.1 s at K = 9 on chain, 16 x 8 samples: bench/perf/oracle_cost.py). The dry run scales them by the
+model's parameters."""
 
 
 def _threads(n: int) -> None:
@@ -195,14 +197,18 @@ def cost(plan: ProbePlan) -> dict[str, float]:
     cfg = next(iter(plan.labels.values()))
     steps = -(-plan.budget // (cfg.rl.prompts_per_step * cfg.rl.group_size))
     groups = plan.groups()
-    arms = sum(len(plan.arms(labels)) for _, labels in groups)
+    arms = sum(1 for _, labels in groups for a in plan.arms(labels) if not a.cfg.method.oracle)
+    oracles = sum(1 for _, labels in groups for a in plan.arms(labels) if a.cfg.method.oracle)
+    truths = sum(1 for _, labels in groups if any(plan.labels[x].method.oracle for x in labels))
+    oracle_batches = o.batches if o.oracle_batches is None else o.oracle_batches
     size = cfg.model.name  # another model's pace is not measured: 0, "unknown"
     scale = tiny_matrix_params(size) / tiny_matrix_params("tiny-500k") if size in TINY_SIZES else 0.0
     out: dict[str, float] = {}
     for name, n in (("", o.first), ("cap_", o.cap)):
         counts = {
             "trajectory_step": len(groups) * n * steps,
-            "update": arms * o.batches * len(o.phases) * n,
+            "update": (arms * o.batches + oracles * oracle_batches) * len(o.phases) * n,
+            "oracle_rollout": truths * oracle_batches * len(o.phases) * n * o.oracle_rollouts,
             "segment_update": arms * o.segment_batches * o.segment_steps * len(o.phases) * n,
         }
         out |= {f"{name}{k}": v for k, v in counts.items()}

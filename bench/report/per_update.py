@@ -79,13 +79,19 @@ def _cells(probe: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def family(probe: dict[str, Any]) -> Sequential:
-    """The probe's family of comparisons (every pair at every distinct rate) decided in rounds."""
+def family(probe: dict[str, Any], ceiling: bool = False) -> Sequential:
+    """The probe's family of comparisons (every pair at every distinct rate) decided in rounds; with
+    ``ceiling``, the oracles against their twins instead, a family of their own (the ceiling is another
+    question: the credit methods' verdicts are the ones they are without it)."""
     o = probe["plan"]["options"]
-    cells = {c["name"]: c for c in _cells(probe)}
+    cells = {c["name"]: c for c in _cells(probe) if (c["pair"]["kind"] == "oracle") == ceiling}
     diffs = {n: list(c["series"]["diff"].values()) for n, c in cells.items()}
     gains = {n: list(c["series"]["control"].values()) for n, c in cells.items()}
     return analyse(diffs, _schedule(o), o["alpha"], o["margin"], scale=gains)
+
+
+def _has_oracle(plan: dict[str, Any]) -> bool:
+    return any(p["kind"] == "oracle" for p in plan["pairs"])
 
 
 def needs(probe: dict[str, Any]) -> dict[str, int]:
@@ -95,7 +101,7 @@ def needs(probe: dict[str, Any]) -> dict[str, int]:
     schedule = _schedule(plan["options"])
     pair_of = {c["name"]: c["pair"] for c in _cells(probe)}
     out: dict[str, int] = {}
-    for d in family(probe).decisions:
+    for d in [*family(probe).decisions, *(family(probe, ceiling=True).decisions if _has_oracle(plan) else [])]:
         ref = plan["references"][pair_of[d.name]["method"]]
         n = schedule.next_look(d.seeds) if d.verdict.outcome is Outcome.OPEN else d.seeds
         out[ref] = max(out.get(ref, 0), n)
@@ -106,11 +112,11 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
     """Every pair at every setting: its verdict in rounds, the trajectory-level difference per update with
     its repeated interval, Fieller's ratio to the control's gain, the per-phase detail and the MDE."""
     o = probe["plan"]["options"]
-    decisions = {d.name: d for d in family(probe).decisions}
-    m_family = len(decisions)
+    families = [family(probe), *([family(probe, ceiling=True)] if _has_oracle(probe["plan"]) else [])]
+    decisions = {d.name: (d, len(f.decisions)) for f in families for d in f.decisions}
     out = []
     for cell in _cells(probe):
-        d = decisions[cell["name"]]
+        d, m_family = decisions[cell["name"]]
         seeds = list(cell["series"]["diff"])[: d.seeds]
         x = np.array([cell["series"]["diff"][s] for s in seeds])
         g = np.array([cell["series"]["control"][s] for s in seeds])

@@ -30,7 +30,8 @@ def markdown(rep: dict[str, Any]) -> str:
     ckpts = ", ".join(f"{p:g}" for p in sorted({c["phase"] for c in rep["checkpoints"]}))
     trajectories = len({(c["reference"], c["seed"]) for c in rep["checkpoints"]})
     references = len({c["reference"] for c in rep["checkpoints"]})
-    m = len({r["comparison"] for r in rep["comparisons"]})
+    m = len({r["comparison"] for r in rep["comparisons"] if r["kind"] != "oracle"})
+    ceiling = len({r["comparison"] for r in rep["comparisons"] if r["kind"] == "oracle"})
     lines = [
         f"Paired updates on {rep['task']} ({rep['model']}): {rep['batches']} batches, {o['batches']} at each of "
         f"{len(rep['checkpoints'])} checkpoints (phases of the budget: {ckpts}) of {trajectories} trajectories "
@@ -45,7 +46,13 @@ def markdown(rep: dict[str, Any]) -> str:
         "intervals at the look where each comparison stopped (valid after the sequential stop, simultaneous over "
         f"the family at alpha / {m}: a verdict made at Holm's recycled level can stand where it still reaches 0); the "
         "ratio to the control's gain is Fieller's at the same critical value (– where that gain "
-        "is not resolved above 0). By phase: each phase across trajectories, 95%, unadjusted.",
+        "is not resolved above 0). By phase: each phase across trajectories, 95%, unadjusted."
+        + (
+            f" The oracles against their twins (the ceiling) are a family of their own, {ceiling} comparisons, decided "
+            "by the same rules."
+            if ceiling
+            else ""
+        ),
         "",
         "| method | control | setting | trajectories | dJ method | dJ control | difference [repeated 95% CI] "
         "| relative to control's dJ | verdict | MDE | by phase |",

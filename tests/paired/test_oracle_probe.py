@@ -134,3 +134,23 @@ def test_the_share_of_the_oracle_by_hand():
     assert (row["method_effect"], row["oracle_effect"], row["n"], row["batches"]) == (2.0, 5.0, 3, 3)
     assert row["share"] == {"mean": 0.4, "lo": r.lo, "hi": r.hi} and row["critical"] == q
     assert math.isclose(row["oracle_lo"], 5 - q * np.std(o, ddof=1) / 3**0.5)
+
+
+def test_the_oracles_are_a_family_of_their_own():
+    """The credit method's verdict, interval and MDE are what they are without the oracle arm (the ceiling
+    does not widen the methods' family); the oracle's open comparison still asks for trajectories."""
+    from bench.report.per_update import comparisons, needs
+    from tests.paired.test_paired import _records
+
+    alone = _records({1e-4: [5.0, 5.1, 4.9], 2e-4: [5.0, 4.8, 5.2]})
+    with_oracle = _records({1e-4: [5.0, 5.1, 4.9], 2e-4: [5.0, 4.8, 5.2]})
+    with_oracle["plan"]["pairs"].append({"method": "o", "control": "c", "kind": "oracle"})
+    with_oracle["plan"]["references"]["o"] = "c"
+    for lr, effects in ((1e-4, [1.0, -1.0, 2.0]), (2e-4, [1.0, -1.0, 2.0])):
+        for seed, e in enumerate(effects):
+            for b in (0, 1):
+                unit = {"reference": "c", "seed": seed, "phase": 1.0, "batch": b, "lr": lr}
+                with_oracle["updates"].append({**unit, "label": "o", "dj": 10.0 + e})
+    mine = [r for r in comparisons(with_oracle) if r["kind"] == "twin"]
+    assert json.dumps(mine) == json.dumps(comparisons(alone))
+    assert needs(alone) == {"c": 3} and needs(with_oracle) == {"c": 5}
