@@ -33,6 +33,7 @@ def parser() -> ArgumentParser:
     ap.add_argument("--controls", default=None, help="twin or twin,placebo (default: the method's controls)")
     ap.add_argument("--template", default="results/sweeps/embedded.yaml", help="the spec whose design is used")
     ap.add_argument("--per_update_only", action="store_true", help="only the credit probe, no sweep")
+    ap.add_argument("--oracle", action="store_true", help="also the twin's oracle per update: the method's share of it")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--results_dir", default="results")
     ap.add_argument("--dry_run", action="store_true", help="write the spec, print the cost, run nothing")
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
     path, written = write_spec(j, Path(a.template))
     print(f"creditbench judge {j.label}: {', '.join(f'{m} vs {c}' for m, c in j.pairs())} on {j.task}; spec {path}")
     common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
-    probes = {size: _probe_args(str(path), j, size, a.results_dir, common) for size in j.sizes}
+    probes = {size: _probe_args(str(path), j, size, a.results_dir, common, a.oracle) for size in j.sizes}
     try:  # the cost first; what a probe or the sweep refuses (a task without references) stops here
         for args in probes.values():
             credit_probe.main([*args, "--dry_run"])
@@ -85,7 +86,7 @@ def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
     common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
     out = {}
     for size in j.sizes:
-        c = cost(credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common))[1])
+        c = cost(credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common, a.oracle))[1])
         out[size] = (c["core_s"], c["cap_core_s"])
     return out
 
@@ -114,9 +115,10 @@ def _probe_out(j, size: str, results_dir: str) -> Path:
     return Path(results_dir) / "probes" / f"{j.name}{suffix}"
 
 
-def _probe_args(spec: str, j, size: str, results_dir: str, common: list[str]) -> list[str]:
+def _probe_args(spec: str, j, size: str, results_dir: str, common: list[str], oracle: bool = False) -> list[str]:
     args = [spec, *common, "--out", str(_probe_out(j, size, results_dir))]
     args += ["--placebo"] if "placebo" in j.controls else []
+    args += ["--oracle"] if oracle else []
     return args + ([] if size == j.sizes[0] else ["--model", size])
 
 

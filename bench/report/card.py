@@ -29,7 +29,8 @@ def card(
         readings = {size: _reading(rep, label, control) for size, rep in probes.items()}
         rows.append({"control": control, "per_update": per_update, "readings": readings,
                      "end_to_end": _decision(sweep, label, control)})  # fmt: skip
-    return {"label": label, "comparisons": rows, "files": files}
+    ceiling = {size: [r for r in rep.get("oracle") or [] if r["method"] == label] for size, rep in probes.items()}
+    return {"label": label, "comparisons": rows, "ceiling": {k: v for k, v in ceiling.items() if v}, "files": files}
 
 
 def _reading(probe: dict[str, Any], label: str, control: str) -> str | None:
@@ -94,5 +95,28 @@ def markdown(data: dict[str, Any]) -> str:
             if words:
                 lines += ["", f"Per update at {size}, by rule: **{words}**."]
         lines.append("")
+    lines += _ceiling(data.get("ceiling") or {})
     lines += ["## Files", ""] + [f"- {k}: `{v}`" for k, v in data["files"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _ceiling(ceiling: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The card's credit-ceiling table (each size's share of the oracle), nothing without an oracle arm."""
+    if not ceiling:
+        return []
+    lines: list[str] = []
+    lines += ["## The credit ceiling", "",
+              "The method's gain over its twin as a share of the twin's oracle's (the twin's credit moved onto the "
+              "Monte-Carlo step advantages; Fieller's interval, bench.report.oracle):", ""]  # fmt: skip
+    table = []
+    for size, rows in ceiling.items():
+        for r in rows:
+            sh = r.get("share")
+            share = f"{100 * sh['mean']:+.0f}% [{100 * sh['lo']:+.0f}, {100 * sh['hi']:+.0f}]" if sh else "–"
+            oracle = f"{r['oracle_effect']:+.2f}" + (
+                f" [{r['oracle_lo']:+.2f}, {r['oracle_hi']:+.2f}]" if "oracle_lo" in r else ""
+            )
+            table.append([size, r["setting"], f"{r['method_effect']:+.2f}", oracle, share, str(r["n"])])
+    lines += md_table(["size", "setting", "method - twin", "oracle - twin", "share of the oracle", "n"], table,
+                      "llrrrr") + [""]  # fmt: skip
+    return lines

@@ -58,6 +58,9 @@ class Table:
     """False: per update only (a control task's table), each judge with --per_update_only."""
     template: str = "results/sweeps/embedded.yaml"
     """The sweep spec whose design each judge takes (judge --template)."""
+    ceiling: dict[str, str] = field(default_factory=dict)
+    """Size -> a probe folder with oracle arms (``credit-probe --oracle``) whose shares of the oracle's effect
+    the rows read where their own probe has none (bench.report.oracle)."""
 
 
 def load(path: Path = DEFINITION) -> Table:
@@ -66,7 +69,7 @@ def load(path: Path = DEFINITION) -> Table:
     if not path.is_file():
         raise CreditBenchError(f"the credit table's definition {path} not found")
     raw = yaml.safe_load(path.read_text()) or {}
-    keys = ("task", "sizes", "rows", "end_to_end", "template")
+    keys = ("task", "sizes", "rows", "end_to_end", "template", "ceiling")
     unknown = set(raw) - set(keys)
     if unknown:
         raise CreditBenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (valid: {', '.join(keys)})")
@@ -82,7 +85,10 @@ def load(path: Path = DEFINITION) -> Table:
     labels = [r.label for r in rows]
     if len(set(labels)) != len(labels):
         raise CreditBenchError(f"{path}: two rows share a label; give one of them another label")
-    return Table(task, sizes, tuple(rows), end_to_end, template)
+    ceiling = {str(k): str(v) for k, v in (raw.get("ceiling") or {}).items()}
+    if set(ceiling) - set(sizes):
+        raise CreditBenchError(f"{path}: ceiling names sizes the table does not have")
+    return Table(task, sizes, tuple(rows), end_to_end, template, ceiling)
 
 
 def _row(entry: dict[str, Any], path: Path, task: str, sizes: tuple[str, ...], end_to_end: bool) -> Row:
@@ -145,6 +151,19 @@ def _cell(report: dict[str, Any], label: str) -> dict[str, Any] | None:
     return {**{k: at[k] for k in keep if k in at}, "reading": reading, "resolved": resolved(at)}
 
 
+def _share(reports: list[dict[str, Any]], label: str) -> dict[str, Any] | None:
+    """The row's share of its twin's oracle's effect from the first report that has one: at the tuned rates
+    where it has them, else at the lowest common rate."""
+    for rep in reports:
+        rows = [r for r in rep.get("oracle") or [] if r["method"] == label]
+        if rows:
+            tuned = [r for r in rows if r["setting"] == "tuned"]
+            at = tuned[0] if tuned else min(rows, key=lambda r: r["lr"])
+            keep = ("setting", "lr", "n", "method_effect", "oracle_effect", "oracle_lo", "oracle_hi", "share")
+            return {k: at[k] for k in keep if k in at} | {"probe": rep.get("sweep")}
+    return None
+
+
 def _decision(report: dict[str, Any] | None, label: str) -> dict[str, Any] | None:
     from bench.report.card import _decision as decision
 
@@ -159,7 +178,14 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
         cells = {}
         for size in table.sizes:
             rep = probe_dir(row, size, table, results_dir) / "report.json"
-            cells[size] = _cell(json.loads(rep.read_text()), row.label) if rep.is_file() else None
+            own = json.loads(rep.read_text()) if rep.is_file() else None
+            cells[size] = _cell(own, row.label) if own else None
+            ceiling = results_dir / table.ceiling[size] / "report.json" if size in table.ceiling else None
+            reports = [
+                r for r in (own, json.loads(ceiling.read_text()) if ceiling and ceiling.is_file() else None) if r
+            ]
+            if cells[size] is not None:
+                cells[size]["oracle"] = _share(reports, row.label)
         srep = sweep_dir(row, results_dir) / "report.json"
         end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() and table.end_to_end else None
         rows.append({"method": row.method, "label": row.label, "options": row.options, "why": row.why,
@@ -181,7 +207,16 @@ def _update_text(c: dict[str, Any] | None) -> str:
     text = f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{share} at {at} {c['lr_method']:g}: **{c['verdict']}**"
     if c["reading"]:
         text += f"; {c['reading']}"
-    return text + ("" if c["resolved"] else " (not resolved)")
+    text += "" if c["resolved"] else " (not resolved)"
+    o = c.get("oracle")
+    if o and o.get("share"):
+        s = o["share"]
+        text += f"; {100 * s['mean']:+.0f}% [{100 * s['lo']:+.0f}, {100 * s['hi']:+.0f}] of the oracle's gain"
+    elif o and "oracle_lo" in o:
+        text += (
+            f"; the oracle's gain {o['oracle_effect']:+.2f} [{o['oracle_lo']:+.2f}, {o['oracle_hi']:+.2f}]: no share"
+        )
+    return text
 
 
 def _end_text(e: dict[str, Any] | None) -> str:
@@ -215,7 +250,9 @@ def markdown(data: dict[str, Any]) -> str:
             else ""
         )
         + "A cell is resolved where it has a verdict or its interval is within ±10% of the twin's gain (±0.3 "
-        "points where the twin gains less than 3).",
+        "points where the twin gains less than 3). Where a probe has the twin's oracle (its credit moved onto the "
+        "Monte-Carlo step advantages), the cell ends with the method's share of the oracle's gain over the twin "
+        "[Fieller's interval, Bonferroni over the probe's shares], or says why there is none.",
         "",
         *md_table(header, body),
         "",

@@ -60,3 +60,14 @@ def test_a_card_before_the_sweep_has_the_probe_only():
     assert "end to end" not in markdown(data).split("## `m` vs")[1]
     empty = markdown(card("m", ["m-twin"], {}, None, {}))
     assert "Nothing measured yet." in empty
+
+
+def test_a_probe_with_the_oracle_gives_the_cards_ceiling():
+    oracle = [{"setting": "lr 0.0001", "method": "m", "lr": 1e-4, "n": 6, "method_effect": 0.5, "oracle_effect": 2.0,
+               "oracle_lo": 1.0, "oracle_hi": 3.0, "share": {"mean": 0.25, "lo": 0.05, "hi": 0.6}},
+              {"setting": "lr 0.0001", "method": "other", "lr": 1e-4, "n": 6, "method_effect": 0.5,
+               "oracle_effect": 2.0, "share": None}]  # fmt: skip
+    data = card("m", ["m-twin"], {"tiny-500k": {**PROBE, "oracle": oracle}, "tiny-2m": PROBE}, None, {})
+    assert list(data["ceiling"]) == ["tiny-500k"] and len(data["ceiling"]["tiny-500k"]) == 1
+    assert "| tiny-500k | lr 0.0001 | +0.50 | +2.00 [+1.00, +3.00] | +25% [+5, +60] | 6 |" in markdown(data)
+    assert "credit ceiling" not in markdown(card("m", ["m-twin"], {"tiny-500k": PROBE}, None, {}))

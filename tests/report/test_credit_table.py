@@ -89,6 +89,29 @@ def test_cells_come_from_the_judges_folders_and_a_row_may_read_another_sweep(tmp
     assert ct.probe_dir(table.rows[1], "tiny-2m", table, res) == res / "probes" / "judge-grpo_lambda"
 
 
+def test_a_cell_ends_with_its_share_of_the_oracle_read_from_the_ceiling_probe(tmp_path):
+    """The row's own probe has no oracle: the table's ceiling probe gives the share, at the tuned rates."""
+    path = _definition(tmp_path, "  - {method: s_trace, label: m}\n", "[tiny-500k]")
+    path.write_text(path.read_text() + "ceiling: {tiny-500k: probes/ceiling}\n")
+    table = ct.load(path)
+    res = tmp_path / "results"
+    _write(res / "probes" / "judge-m", PROBE)
+    share = {"mean": 0.25, "lo": 0.05, "hi": 0.6}
+    oracle = [{"setting": "lr 0.0001", "method": "m", "lr": 1e-4, "n": 6, "method_effect": 0.5, "oracle_effect": 2.0,
+               "oracle_lo": 1.0, "oracle_hi": 3.0, "share": share},
+              {"setting": "tuned", "method": "m", "lr": 2e-4, "n": 6, "method_effect": 0.1, "oracle_effect": 0.4,
+               "oracle_lo": -0.2, "oracle_hi": 1.0, "share": None}]  # fmt: skip
+    _write(res / "probes" / "ceiling", {"sweep": "flagship", "oracle": oracle})
+    cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-500k"]
+    assert cell["oracle"]["setting"] == "tuned" and cell["oracle"]["probe"] == "flagship"
+    assert ct._update_text(cell).endswith("; the oracle's gain +0.40 [-0.20, +1.00]: no share")
+    cell["oracle"] = {**oracle[0], "probe": "flagship"}
+    assert ct._update_text(cell).endswith("; +25% [+5, +60] of the oracle's gain")
+    with pytest.raises(CreditBenchError, match="ceiling names sizes the table does not have"):
+        path.write_text(path.read_text() + "ceiling: {tiny-8m: probes/ceiling}\n")
+        ct.load(path)
+
+
 def test_the_judges_still_to_run(tmp_path):
     path = _definition(
         tmp_path,
