@@ -46,6 +46,10 @@ if [ "$FROM" != tables ]; then
   creditbench credit-probe results/sweeps/embedded.yaml --placebo --segment_steps 4 --segment_batches 2 \
     --batches 4 --first 4 --cap 4 --seed 1 --reference_seeds 50,51,52,53 \
     --out results/probes/embedded-validation --jobs "$JOBS"
+  step "credit probe: the credit ceiling (each twin's oracle, four batches a checkpoint)"
+  rm -rf results/probes/embedded-oracle
+  creditbench credit-probe results/sweeps/embedded.yaml --oracle --batches 4 --out results/probes/embedded-oracle \
+    --jobs "$JOBS"
 fi
 
 step "the sweeps' reports again: run_all.sh's wall time and the probes' sections, written after them"

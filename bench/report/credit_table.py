@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from bench.errors import CreditBenchError
+from bench.report import oracle
 from bench.script import md_table
 
 DEFINITION = Path("results/credit/table.yaml")
@@ -186,16 +187,37 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
             ]
             if cells[size] is not None:
                 cells[size]["oracle"] = _share(reports, row.label)
+                cells[size]["quality"] = oracle.label_quality(reports, row.label)
         srep = sweep_dir(row, results_dir) / "report.json"
         end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() and table.end_to_end else None
         rows.append({"method": row.method, "label": row.label, "options": row.options, "why": row.why,
                      "per_update": cells, "end_to_end": end})  # fmt: skip
+    quality = _quality(rows, table.sizes[0])
     done = sum(c is not None for r in rows for c in r["per_update"].values())
     resolved_ = sum(bool(c and c["resolved"]) for r in rows for c in r["per_update"].values())
     return {"task": table.task, "sizes": list(table.sizes), "end_to_end": table.end_to_end, "rows": rows,
             "cells": {"measured": done, "resolved": resolved_, "total": len(rows) * len(table.sizes)},
             "decided": sum(bool(r["end_to_end"]) and not r["end_to_end"]["verdict"].startswith("inconclusive")
-                           for r in rows)}  # fmt: skip
+                           for r in rows), "quality": quality}  # fmt: skip
+
+
+def _quality(rows: list[dict[str, Any]], size: str) -> dict[str, Any]:
+    """Does credit that looks right make a better update? Each method at ``size`` with its credit-quality
+    scores (bench.report.oracle) and its per-update effect over its twin, and Pearson's r across methods
+    of the effect with the rank correlation and with the worst step's excess share (over uniform's)."""
+    points = []
+    for r in rows:
+        c = r["per_update"][size]
+        q = (c or {}).get("quality")
+        if q:
+            excess = None if q["worst_share"] is None else q["worst_share"] - q["worst_uniform"]
+            points.append({"label": r["label"], "effect": c["mean"], "rank_corr": q["rank_corr"],
+                           "worst_excess": excess})  # fmt: skip
+    out: dict[str, Any] = {"size": size, "points": points}
+    for key in ("rank_corr", "worst_excess"):
+        kept = [p for p in points if p[key] is not None]
+        out[key] = oracle.correlation([p[key] for p in kept], [p["effect"] for p in kept])
+    return out
 
 
 def _update_text(c: dict[str, Any] | None) -> str:
@@ -259,8 +281,36 @@ def markdown(data: dict[str, Any]) -> str:
         f"Measured {cells['measured']} of {cells['total']} per-update cells, {cells['resolved']} resolved"
         + (f"; {data['decided']} of {len(data['rows'])} end-to-end comparisons decided." if end else "."),
     ]
+    lines += _quality_text(data.get("quality") or {})
     notes = [f"- `{r['label']}`: {r['why']}" for r in data["rows"] if r["why"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def _quality_text(q: dict[str, Any]) -> list[str]:
+    """The credit-quality paragraph: each method's scores beside its effect and the correlations across methods."""
+    if not q.get("points"):
+        return []
+
+    def r_text(name: str, c: dict[str, float] | None) -> str:
+        if c is None:
+            return f"{name}: too few methods for a correlation (4 needed)"
+        return f"{name}: r = {c['r']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] over {c['n']} methods"
+
+    body = [[f"`{p['label']}`", f"{p['effect']:+.2f}", "–" if p["rank_corr"] is None else f"{p['rank_corr']:+.3f}",
+             "–" if p["worst_excess"] is None else f"{p['worst_excess']:+.3f}"] for p in q["points"]]  # fmt: skip
+    return [
+        "",
+        f"Credit against the true advantage at {q['size']} (the probe's batches that measure it): each method's "
+        "per-update effect over its twin beside its credit's rank correlation with the Monte-Carlo step advantages "
+        "and the excess share of a failed completion's negative credit on its worst step (over uniform credit's). "
+        "Pearson's r across methods with its 95% Fisher-z interval, "
+        + r_text("rank correlation", q.get("rank_corr"))
+        + "; "
+        + r_text("worst-step excess", q.get("worst_excess"))
+        + ".",
+        "",
+        *md_table(["method", "per update", "rank corr", "worst-step excess"], body, "lrrr"),
+    ]
 
 
 def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: bool) -> list[str]:

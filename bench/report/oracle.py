@@ -87,3 +87,25 @@ def quality(probe: dict[str, Any]) -> list[dict[str, Any]]:
             row[key.removeprefix("quality_")] = stratum_mean(kept) if kept else None
         out.append(row)
     return out
+
+
+def label_quality(reports: list[dict[str, Any]], label: str) -> dict[str, Any] | None:
+    """``label``'s credit-quality scores from the first report that holds them (they do not depend on the rate)."""
+    for rep in reports:
+        rows = [q for q in rep.get("quality") or [] if q["label"] == label]
+        if rows:
+            return {k: rows[0][k] for k in ("rank_corr", "worst_share", "worst_uniform", "best_share", "best_uniform")}
+    return None
+
+
+def correlation(x: list[float], y: list[float], level: float = 0.95) -> dict[str, float] | None:
+    """Pearson's r of the points with its Fisher-z interval (n >= 4), None with fewer: how credit quality
+    relates to the per-update effect across methods (each method one point)."""
+    if len(x) < 4 or np.std(x) == 0 or np.std(y) == 0:
+        return None
+    r = float(np.corrcoef(x, y)[0, 1])
+    z, half = (
+        math.atanh(max(min(r, 0.999999), -0.999999)),
+        float(stats.norm.ppf(0.5 + level / 2)) / math.sqrt(len(x) - 3),
+    )
+    return {"r": r, "lo": math.tanh(z - half), "hi": math.tanh(z + half), "n": len(x)}

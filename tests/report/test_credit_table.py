@@ -190,3 +190,27 @@ def test_the_committed_tables_are_the_ones_their_reports_give(stem):
     committed = json.loads(Path(f"results/credit/{stem}.json").read_text())
     assert {k: v for k, v in committed.items() if k != "wall_s"} == json.loads(json.dumps(data))
     assert Path(f"results/credit/{stem}.md").read_text() == ct.markdown({**data, "wall_s": committed["wall_s"]})
+
+
+def test_credit_quality_beside_the_effect_across_methods():
+    """Pearson's r of x = [1, 2, 3, 4] and y = [1, 3, 2, 4] is 0.8; Fisher's z: atanh(0.8) -+ 1.96 / sqrt(1)."""
+    import math
+
+    from bench.report.oracle import correlation
+
+    c = correlation([1, 2, 3, 4], [1, 3, 2, 4])
+    assert c["r"] == pytest.approx(0.8) and c["n"] == 4
+    assert c["lo"] == pytest.approx(math.tanh(math.atanh(0.8) - 1.959964), abs=1e-6)
+    assert correlation([1, 2, 3], [1, 2, 3]) is None and correlation([1, 1, 1, 1], [1, 2, 3, 4]) is None
+    rows = [{"label": f"m{i}", "per_update": {"tiny-500k": {"mean": y, "quality": {"rank_corr": x,
+             "worst_share": 0.5, "worst_uniform": 0.25 if i else 0.5}}}} for i, (x, y) in
+            enumerate(zip([0.1, 0.2, 0.3, 0.4], [1.0, 3.0, 2.0, 4.0]))]  # fmt: skip
+    rows.append({"label": "none", "per_update": {"tiny-500k": None}})
+    q = ct._quality(rows, "tiny-500k")
+    assert [p["label"] for p in q["points"]] == ["m0", "m1", "m2", "m3"]
+    assert q["rank_corr"]["r"] == pytest.approx(0.8) and q["worst_excess"]["r"] == pytest.approx(0.7745967)
+    text = "\n".join(ct._quality_text(q))
+    assert (
+        "rank correlation: r = +0.80 [-0.70, +1.00] over 4 methods" in text
+        and "| `m0` | +1.00 | +0.100 | +0.000 |" in text
+    )
