@@ -132,10 +132,23 @@ def test_selective_traces_analogue_names_both_comparisons(tmp_path):
         "-2.6 [-4.4, -0.8]",
         "worse (p_Holm 0.044), secondary",
         "disagrees",
+        "-",  # no credit probe in tmp_path
     ]
     cells = _table_row(out, "`s_trace` vs `s_trace-twin`")
     assert cells[0] == "S-trace vs GSPO (its uniform-credit special case)" and cells[1].startswith("none stated")
-    assert cells[3:] == ["+3.1 [+1.2, +5.0]", "better (p_Holm 0.004), primary", "agrees"]
+    assert cells[3:] == ["+3.1 [+1.2, +5.0]", "better (p_Holm 0.004), primary", "agrees", "-"]
+    probe = {"model": "tiny-500k", "comparisons": [
+        {"method": "s_trace", "control": "s_trace-twin", "setting": "lr 0.0001", "lr_method": 1e-4, "mean": -0.43,
+         "lo": -0.74, "hi": -0.11, "verdict": "worse"},
+        {"method": "s_trace", "control": "s_trace-twin", "setting": "lr 0.0002", "lr_method": 2e-4, "mean": 0.1,
+         "lo": -0.2, "hi": 0.4, "verdict": "inconclusive"}]}  # fmt: skip
+    for folder, model in (("embedded", "tiny-500k"), ("embedded-tiny-2m", "tiny-2m")):
+        (tmp_path / "probes" / folder).mkdir(parents=True)
+        (tmp_path / "probes" / folder / "report.json").write_text(json.dumps({**probe, "model": model}))
+    cells = _table_row(papers.table("selective_traces", results_dir=tmp_path), "`s_trace` vs `s_trace-twin`")
+    assert cells[6] == (
+        "tiny-500k, lr 0.0001: -0.43 [-0.74, -0.11] worse; tiny-2m, lr 0.0001: -0.43 [-0.74, -0.11] worse"
+    )  # the lowest rate: no tuned setting
 
 
 @pytest.mark.parametrize(
@@ -164,7 +177,8 @@ def test_agreement_needs_holm_significance_and_the_papers_sign(tmp_path):
     _write_report(tmp_path, report)
     cells = _table_row(papers.table("grpo_lambda", results_dir=tmp_path), "`grpo_lambda` vs `grpo`")
     assert cells[1] == "pass@1: +4.50 DeepSeek-R1-Distill-Qwen-7B, > +3.00 all models (1.5B-7B)"
-    assert cells[3:] == ["+1.0 [+0.1, +1.9]", "inconclusive (p_Holm 0.200), secondary", "not resolved (MDE 3.4 points)"]
+    assert cells[3:] == ["+1.0 [+0.1, +1.9]", "inconclusive (p_Holm 0.200), secondary", "not resolved (MDE 3.4 points)",
+                         "-"]  # fmt: skip
 
     arca = {"sweep": "paper-arca-embedded", "baseline": "uniform-r64", "rows": []}
     better = {"arca-r64": (0.05, 0.02, 0.08, 0.01, "better")}
@@ -180,7 +194,7 @@ def test_missing_analogue_is_said_in_words(tmp_path):
     names the comparison it lacks; neither is an error."""
     out = papers.table("selective_traces", results_dir=tmp_path)
     for pair in ("`s_trace` vs `grpo`", "`s_trace` vs `s_trace-twin`"):
-        assert _table_row(out, pair)[3:] == ["not run in results/embedded (no report.json)", "-", "-"]
+        assert _table_row(out, pair)[3:] == ["not run in results/embedded (no report.json)", "-", "-", "-"]
     _write_report(tmp_path, _flagship(credit=False))
     out = papers.table("selective_traces", results_dir=tmp_path)
     assert _table_row(out, "`s_trace` vs `grpo`")[5] == "disagrees"

@@ -279,8 +279,27 @@ def _analogue_cells(found: Found, paper_sign: int) -> list[str]:
     ]
 
 
-def render_claims(paper: Paper, reports: dict[str, dict | None]) -> str:
-    """The claims table of ``paper`` against ``reports`` (sweep -> report.json or None); '' without claims."""
+def per_update(probes: dict[str, dict], claim: Claim) -> str:
+    """``claim``'s comparison per update in each probe of its sweep (size -> the probe's report.json): the
+    difference in points of J [its interval], its verdict, at the pair's tuned rates where the probe has
+    them, else its lowest common rate; "-" where no probe compared the pair."""
+    cells = []
+    for size, rep in probes.items():
+        comps = [c for c in rep.get("comparisons", []) if (c["method"], c["control"]) == (claim.label, claim.control)]
+        if not comps:
+            continue
+        tuned = [c for c in comps if c.get("setting") == "tuned"]
+        c = tuned[0] if tuned else min(comps, key=lambda c: c["lr_method"])
+        lr = "tuned" if tuned else f"lr {c['lr_method']:g}"
+        cells.append(f"{size}, {lr}: {c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] {c['verdict']}")
+    return "; ".join(cells) or "-"
+
+
+def render_claims(
+    paper: Paper, reports: dict[str, dict | None], probes: dict[str, dict[str, dict]] | None = None
+) -> str:
+    """The claims table of ``paper`` against ``reports`` (sweep -> report.json or None) and the sweeps'
+    credit probes (sweep -> size -> report.json); '' without claims."""
     claims = paper_claims(paper)
     if not claims:
         return ""
@@ -296,11 +315,13 @@ def render_claims(paper: Paper, reports: dict[str, dict | None]) -> str:
         "the sweep's baseline, vs GRPO = the whole recipe). agrees / disagrees: significant, with the "
         "paper's sign / against it; not resolved: not significant, beside the smallest difference the "
         "design detects with 80% power (MDE). Agreement says the direction holds at this scale; it "
-        "reproduces no number of the paper.",
+        "reproduces no number of the paper. Per update: the same pair in the sweep's credit probe at each "
+        "size it ran (one update from the same weights and batch, points of J [repeated interval over "
+        "reference trajectories], its verdict in rounds).",
         "",
         f"| paper claim | paper Δ, points | analogue | analogue Δ{' ' + _name(metric) if metric else ''}, points "
-        "| verdict, family | agrees? |",
-        "|---|---|---|---|---|---|",
+        "| verdict, family | agrees? | per update, points of J |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in claims:
         text, sign = paper_side(paper, c)
@@ -311,6 +332,7 @@ def render_claims(paper: Paper, reports: dict[str, dict | None]) -> str:
             cells = [f"not run in results/{c.sweep} ({why})", "-", "-"]
         else:
             cells = _analogue_cells(found, sign)
+        cells.append(per_update((probes or {}).get(c.sweep) or {}, c))
         lines.append(f"| {c.text} | {text} | `{c.label}` vs `{c.control}`: {c.what} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -320,4 +342,24 @@ def claims_section(paper: Paper, results_dir: Any) -> str:
     from bench.report.papers.data import load_report
 
     sweeps = dict.fromkeys(c.sweep for c in paper_claims(paper))
-    return render_claims(paper, {s: load_report(results_dir, s) for s in sweeps})
+    return render_claims(
+        paper, {s: load_report(results_dir, s) for s in sweeps}, {s: _probes(results_dir, s) for s in sweeps}
+    )
+
+
+def _probes(results_dir: Any, sweep: str) -> dict[str, dict]:
+    """The sweep's credit probes by size: its own folder (the sweep's size), then one per other tiny size
+    (``creditbench judge --sizes``: probes/<sweep>-<size>)."""
+    import json
+    from pathlib import Path
+
+    from bench.models.policy import TINY_SIZES
+
+    root = Path(results_dir) / "probes"
+    found = {}
+    for name, folder in [("", root / sweep), *((s, root / f"{sweep}-{s}") for s in TINY_SIZES)]:
+        path = folder / "report.json"
+        if path.is_file():
+            rep = json.loads(path.read_text())
+            found[name or rep.get("model", "")] = rep
+    return found
