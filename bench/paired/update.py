@@ -177,17 +177,30 @@ def rl_step(
         return update(ws.scratch, method, batch, rl, opt=opt, scored=scored)
 
 
-def draw(ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int) -> tuple[RolloutBatch, RolloutBatch]:
+def draw(
+    ws: Workspace, arm: Arm, sampler: SeededSampler, seed: int, augmented: dict | None = None
+) -> tuple[RolloutBatch, RolloutBatch]:
     """``arm``'s batch from ``sampler`` as drawn (the prompts of the stream ``seed``, refilled from it where
-    the method drops groups) and as it trains on it, with what the method adds (``augment``, seeded)."""
+    the method drops groups) and as it trains on it, with what the method adds (``augment``, seeded). With
+    ``augmented`` (a batch's cache), arms whose methods augment alike (one recipe at several rates, a method
+    and its placebo) on the same drawn batch take a copy of the first one's: the same seed, batch and policy
+    give the same values (VinePPO's continuations, IBPO's revisions)."""
     from bench.engine.sampling import train_rollouts
 
     method, rl = ws.methods[arm.key], arm.cfg.rl
     stream = RowStream(ws.train_rows, stream_seed(seed, "rows"))
     drawn = train_rollouts(sampler, method, stream.refill(rl.prompts_per_step), rl, stream.refill)
     raw = copy.deepcopy(drawn.batch)
+    inner = getattr(method, "method", method)  # a placebo augments as its method does
+    key = (type(inner).__name__, repr(getattr(inner, "config", None)), getattr(method, "oracle", False),
+           batch_digest(raw), bytes(raw.prompt_mask.cpu().numpy()))  # fmt: skip
+    if augmented is not None and key in augmented:
+        return raw, copy.deepcopy(augmented[key])
     with seeded(stream_seed(seed, "augment")):
-        return raw, method.augment(drawn.batch, sampler)
+        out = method.augment(drawn.batch, sampler)
+    if augmented is not None:
+        augmented[key] = copy.deepcopy(out)
+    return raw, out
 
 
 def paired_batch(
@@ -211,10 +224,11 @@ def paired_batch(
     before = [p.detach().clone() for p in ws.policy.parameters() if p.requires_grad]
     out, aligned = [], {}
     scores = SharedScores() if share else None
+    augmented: dict | None = {} if share else None
     first: dict[str, FirstGradient] = {}
     truth = oracle and ws.oracle_rollouts is not None
     for arm in [a for a in arms if truth or not a.cfg.method.oracle]:
-        raw, batch = draw(ws, arm, sampler, seed)
+        raw, batch = draw(ws, arm, sampler, seed, augmented)
         if blame and arm.label not in aligned:  # the credit at the checkpoint (ratio 1) is the same at any rate
             aligned[arm.label] = blame_alignment(ws, arm, raw, sampler, truth)
         ws.reset()

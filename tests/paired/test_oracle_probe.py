@@ -154,3 +154,28 @@ def test_the_oracles_are_a_family_of_their_own():
     mine = [r for r in comparisons(with_oracle) if r["kind"] == "twin"]
     assert json.dumps(mine) == json.dumps(comparisons(alone))
     assert needs(alone) == {"c": 3} and needs(with_oracle) == {"c": 5}
+
+
+def test_arms_that_augment_alike_take_one_augment(plan, workspace, monkeypatch):
+    """VinePPO at two rates on one batch: its Monte-Carlo values are computed once for both (the same seed,
+    batch and policy) and the records are those of each arm computing its own."""
+    import dataclasses
+
+    import methods.vineppo as vineppo
+    from bench.paired.plan import Arm, Pair
+    from bench.paired.update import Workspace, paired_batch
+
+    ws, _ = workspace
+    cfg = plan.labels["grpo_lambda-twin"]
+    vine = dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, name="vineppo",
+                               options={"step_delimiter": ",", "mc_rollouts": 2}))  # fmt: skip
+    arms = [Arm("vine", lr, dataclasses.replace(vine, rl=dataclasses.replace(vine.rl, lr=lr))) for lr in (1e-4, 2e-4)]
+    vs = Workspace.build(cfg, ws.checkpoint, arms, 8, probe_seed=0)
+    real, calls = vineppo.step_values, []
+    monkeypatch.setattr(vineppo, "step_values", lambda *a, **k: calls.append(1) or real(*a, **k))
+    pairs = [Pair("vine", "vine", "twin")]
+    alone = paired_batch(vs, arms, 0, pairs, blame=False, share=False)
+    assert len(calls) == 2
+    shared = paired_batch(vs, arms, 0, pairs, blame=False, share=True)
+    assert len(calls) == 3 and json.dumps(shared) == json.dumps(alone)
+    assert alone[0]["dj"] != alone[1]["dj"]

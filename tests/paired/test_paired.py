@@ -126,11 +126,11 @@ def test_a_broken_pairing_is_refused(plan, checkpoints, monkeypatch):
     ws = _workspace(plan, checkpoints[0], arms)
     real, calls = update.draw, []
 
-    def other_batch_for_the_twin(ws_, arm, sampler, seed):
+    def other_batch_for_the_twin(ws_, arm, sampler, seed, augmented=None):
         calls.append(arm.label)
         if arm.label == "s_trace-twin":
             sampler = ws_.sampler(ws_.policy, arm.cfg, seed + 1, shared=True)
-        return real(ws_, arm, sampler, seed)
+        return real(ws_, arm, sampler, seed, augmented)
 
     monkeypatch.setattr(update, "draw", other_batch_for_the_twin)
     with pytest.raises(CreditBenchError, match="pairing is broken: s_trace and s_trace-twin"):
