@@ -59,6 +59,11 @@ done
 step "design studies that read the committed probes and sweeps"
 python -m bench.studies.probe_design --probe results/probes/embedded
 python -m bench.studies.sequential_design --sims 2000
+if [ "$FROM" != tables ]; then
+  step "the credit table's judges per update at tiny-500k (each row's probe; the flagship's rows read its own)"
+  rm -rf results/probes/judge-* results/judge-*
+  creditbench table --credit --run --upto tiny-500k --per_update_only --jobs "$JOBS" > /dev/null
+fi
 step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"
 creditbench table --credit > /dev/null
 creditbench table --credit --definition results/credit/control.yaml > /dev/null
