@@ -15,12 +15,12 @@ from typing import Any
 from bench.atomic import write_atomic
 from bench.paired.plan import ProbePlan, describe
 
-PACE_S = {"trajectory_step": 0.75, "update": 0.45, "segment_update": 0.75, "oracle_rollout": 0.23}
+PACE_S = {"trajectory_step": 0.75, "update": 0.45, "segment_update": 0.75, "oracle_rollout": 0.15}
 """Seconds of one core per unit at tiny-500k (chain, 16 x 8 samples, 200 J problems), measured: an update
 from the whole embedded probe (2,880 paired updates, a quarter of the batches measuring blame alignment,
 the arms sharing their scoring and first gradient; results/benchmarks/probe_cost.md), less its trajectories'
 steps; an oracle's true advantages cost ``oracle_rollout`` a batch for each of the K continuations per state
-(2.1 s at K = 9 on chain, 16 x 8 samples: bench/perf/oracle_cost.py). The dry run scales them by the
+(1.36 s at K = 9 on chain, 16 x 8 samples: results/benchmarks/oracle_cost.md). The dry run scales them by the
 model's parameters."""
 
 

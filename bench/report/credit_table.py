@@ -273,8 +273,9 @@ def markdown(data: dict[str, Any]) -> str:
         )
         + "A cell is resolved where it has a verdict or its interval is within ±10% of the twin's gain (±0.3 "
         "points where the twin gains less than 3). Where a probe has the twin's oracle (its credit moved onto the "
-        "Monte-Carlo step advantages), the cell ends with the method's share of the oracle's gain over the twin "
-        "[Fieller's interval, Bonferroni over the probe's shares], or says why there is none.",
+        "Monte-Carlo step advantages), the cell ends with the method's share of the oracle's gain over the twin, "
+        "both measured on that probe's batches (the row's own probe, else the table's ceiling probe) [Fieller's "
+        "interval, Bonferroni over the probe's shares], or the oracle's gain where it is not resolved above 0.",
         "",
         *md_table(header, body),
         "",
