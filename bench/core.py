@@ -216,7 +216,7 @@ class Task:
     opt-in (``allow_code_execution`` / ``--allow_code_execution`` / $CREDITBENCH_ALLOW_CODE_EXECUTION=1)."""
     step_delimiter: ClassVar[str | None] = None
     """The text that starts each new step of a completion, where the task can say where its steps end (the
-    Monte-Carlo step values of bench.engine.mc_values and the probe's oracle arm need it); None: it cannot."""
+    Monte-Carlo step values of bench.mc_values and the probe's oracle arm need it); None: it cannot."""
 
     def __init__(self, config: TaskConfig | None = None):
         self.config = config if config is not None else self.Config()

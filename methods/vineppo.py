@@ -55,7 +55,7 @@ import torch
 from torch import Tensor
 
 from bench.core import RolloutBatch, Sampler, check
-from bench.engine.mc_values import split_steps, step_advantages, step_values  # noqa: F401 (re-exported)
+from bench.mc_values import split_steps, step_advantages, step_values  # noqa: F401 (re-exported)
 from bench.numerics import masked_mean, masked_sum
 from bench.registry import METHODS
 from methods.common import check_choice

@@ -37,6 +37,7 @@ API = {
     "bench.tasks_base",
     "bench.script",
     "bench.gold_check",
+    "bench.mc_values",
 }
 LAYERS = [
     "api",

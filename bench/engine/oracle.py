@@ -3,7 +3,7 @@
 On a task that says where a completion's steps end (``Task.step_delimiter``), the value of every
 state under the current policy, V(prefix) = P(the policy finishes it correctly), is estimated by K
 verified continuations, and each token's step advantage A_t = V_{k+1} - V_k follows
-(bench.engine.mc_values). The oracle keeps everything of the method it wraps (rollouts, filters,
+(bench.mc_values). The oracle keeps everything of the method it wraps (rollouts, filters,
 clip, KL, aggregation, optimizer) and replaces its per-token credit c_t by
 
     c'_t = lambda * A_t,    lambda = sum_t |c_t| / sum_t |A_t|    (over the valid tokens of the batch)
@@ -34,8 +34,8 @@ import torch
 from torch import Tensor
 
 from bench.core import Method, RolloutBatch, Sampler
-from bench.engine.mc_values import step_values
 from bench.errors import CreditBenchError
+from bench.mc_values import step_values
 
 ADVANTAGE = "oracle_advantage"  # batch.extra: [B, T] each token's Monte-Carlo step advantage
 MAX_VALUE_STEPS = 20  # VinePPO's official max_step_for_value_estimation

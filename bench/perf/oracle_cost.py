@@ -65,9 +65,9 @@ def _update(ws, arm, batch, seed: int) -> tuple[float, float]:
 def measure(args) -> dict[str, Any]:
     import torch
 
-    from bench.engine.mc_values import step_values
     from bench.engine.oracle import ADVANTAGE
     from bench.engine.seeding import seeded
+    from bench.mc_values import step_values
     from bench.paired.batches import stream_seed
     from bench.paired.plan import Arm, ProbeOptions, oracle_label, probe_plan
     from bench.paired.trajectory import trajectory
