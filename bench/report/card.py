@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.script import md_table
+from bench.stats import format as fmt
 
 
 def card(
@@ -78,7 +79,7 @@ def markdown(data: dict[str, Any]) -> str:
         for size, comps in row["per_update"].items():
             for c in comps:
                 rel = c.get("relative") or {}
-                share = f"{100 * rel['mean']:+.0f}% [{100 * rel['lo']:+.0f}, {100 * rel['hi']:+.0f}]" if rel else "–"
+                share = fmt.percent(rel)
                 table.append([f"per update, {size}", f"{c['lr_method']:g}",
                               f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]", share, str(c["n"]),
                               c["verdict"]])  # fmt: skip
@@ -112,7 +113,7 @@ def _ceiling(ceiling: dict[str, list[dict[str, Any]]]) -> list[str]:
     for size, rows in ceiling.items():
         for r in rows:
             sh = r.get("share")
-            share = f"{100 * sh['mean']:+.0f}% [{100 * sh['lo']:+.0f}, {100 * sh['hi']:+.0f}]" if sh else "–"
+            share = fmt.percent(sh)
             oracle = f"{r['oracle_effect']:+.2f}" + (
                 f" [{r['oracle_lo']:+.2f}, {r['oracle_hi']:+.2f}]" if "oracle_lo" in r else ""
             )

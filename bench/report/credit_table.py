@@ -28,6 +28,7 @@ import yaml
 from bench.errors import CreditBenchError
 from bench.report import oracle
 from bench.script import md_table
+from bench.stats import format as fmt
 
 DEFINITION = Path("results/credit/table.yaml")
 RELATIVE, ABSOLUTE, SMALL_GAIN = 0.10, 0.3, 3.0
@@ -233,7 +234,7 @@ def _update_text(c: dict[str, Any] | None) -> str:
     o = c.get("oracle")
     if o and o.get("share"):
         s = o["share"]
-        text += f"; {100 * s['mean']:+.0f}% [{100 * s['lo']:+.0f}, {100 * s['hi']:+.0f}] of the oracle's gain"
+        text += f"; {fmt.percent(s)} of the oracle's gain"
     elif o and "oracle_lo" in o:
         text += (
             f"; the oracle's gain {o['oracle_effect']:+.2f} [{o['oracle_lo']:+.2f}, {o['oracle_hi']:+.2f}]: no share"

@@ -114,9 +114,7 @@ def _ceiling(rep: dict[str, Any]) -> list[str]:
         )
         for r in rep["oracle"]:
             sh = r["share"]
-            share = (
-                fmt.DASH if sh is None else f"{100 * sh['mean']:+.0f}% [{100 * sh['lo']:+.0f}, {100 * sh['hi']:+.0f}]"
-            )
+            share = fmt.percent(sh)
             oracle = (
                 fmt.interval(r["oracle_effect"], r["oracle_lo"], r["oracle_hi"], "+.2f")
                 if "oracle_lo" in r

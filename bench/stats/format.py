@@ -22,6 +22,13 @@ def interval(value: float | None, lo: float | None, hi: float | None, spec: str 
     return f"{value:{spec}} [{lo:{spec}}, {hi:{spec}}]"
 
 
+def percent(ratio: dict[str, float] | None) -> str:
+    """A ratio with its interval ({"mean", "lo", "hi"}) in signed whole percent, "+25% [+5, +60]"; "–" without one."""
+    if not ratio:
+        return DASH
+    return f"{100 * ratio['mean']:+.0f}% [{100 * ratio['lo']:+.0f}, {100 * ratio['hi']:+.0f}]"
+
+
 def with_se(value: float | None, se: float | None, spec: str = ".3f") -> str:
     """``value ± se`` in ``spec`` (the SE without a sign); the value alone without an SE; "–" without a value."""
     if value is None:
