@@ -87,7 +87,7 @@ def copy_repo(root: Path, dest: Path) -> Path:
     def ignore(folder: str, names: list[str]) -> set[str]:
         skip = {n for n in names if n in NOT_COPIED or n.endswith(".egg-info") or n.startswith("mlflow.db")}
         if Path(folder).parent.name == "results":  # a sweep's per-run files are outputs, not inputs
-            skip |= {n for n in names if n in ("runs", "configs", "logs", ".lock")}
+            skip |= {n for n in names if n in ("runs", "configs", "logs", ".lock", "store.json")}  # and its store
         return skip
 
     shutil.copytree(root, dest, ignore=ignore, symlinks=True)
