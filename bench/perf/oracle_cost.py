@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.errors import CreditBenchError
 from bench.script import machine, machine_line, md_table, run_script, script_parser, write_outputs
 
 
@@ -76,7 +77,11 @@ def measure(args) -> dict[str, Any]:
     torch.set_num_threads(1)
     plan = probe_plan(args.spec, ProbeOptions(oracle=True, lrs=(args.lr,), oracle_rollouts=max(args.ks)), "results")
     twin_cfg = plan.labels[args.reference]
-    delimiter = "," if twin_cfg.task.name == "chain" else None
+    from bench.run.resolve import resolve
+
+    delimiter = resolve(twin_cfg).task.step_delimiter  # where the task says its steps end
+    if delimiter is None:
+        raise CreditBenchError(f"task {twin_cfg.task.name!r} cannot say where its steps end: the ceiling needs one")
     vine_method = dataclasses.replace(twin_cfg.method, name="vineppo", options={"step_delimiter": delimiter})
     vine_cfg = dataclasses.replace(twin_cfg, method=vine_method)
     twin = plan.arms([args.reference])[0]
