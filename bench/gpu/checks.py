@@ -7,26 +7,21 @@ its command after the Python interpreter (shell-quoted; ``--res``: the folder it
 runs them in this order, each under its limit, all within one budget (8 minutes on one GPU with the wheel
 installs). The figures still open come first, the ones measured already last:
 
-1. ``scale_1.7b`` (limit 120 s): Qwen3-1.7B (random init, bf16 autocast, HF engine; bench.perf.scale):
-   rollout and update tokens/s, the update's MFU, peak memory against ``creditbench plan``; 3 steps of 8
-   prompts x G=8 x 128 new tokens. Estimated 75 s on an H200: 15 s to draw and save the weights, 20 s to
-   start and load them, 10 s of eval and probe rollouts, 7-8 s a step. Both earlier passes spent their 150 s
-   with the probe's rollouts on the CPU, which bench.gpu.placement now refuses.
-2. ``trl_tiny-8m`` (110 s): creditbench against TRL's GRPOTrainer at matched settings (bench.perf.trl),
-   tiny-8m, 2 repetitions of 5 measured steps: 4 processes of 20-25 s (the first pass's were 20 s, 25 s
-   and 28 s, almost all of it start-up) after 10-15 s of its own.
-3. ``trl_1.7b`` (140 s): the same at Qwen3-1.7B size, 4 prompts a step (fp32 weights, AdamW state,
+1. ``trl_tiny-8m`` (limit 130 s): creditbench against TRL's GRPOTrainer at matched settings (bench.perf.trl),
+   tiny-8m, 2 repetitions of 5 measured steps: 4 processes of 19-24 s, almost all of it start-up, after 10 s
+   of its own (the 95 s the third pass gave it ended each time before the fourth process).
+2. ``trl_1.7b`` (170 s): the same at Qwen3-1.7B size, 4 prompts a step (fp32 weights, AdamW state,
    activations and [tokens x vocab] logits then fit an 80 GB GPU), 2 repetitions of 2 measured steps:
-   about 35 s a process (start-up, loading 6.8 GB, 3 steps of 2-3 s), so its last run may meet the time
-   limit; its report keeps the runs before it.
-4. ``train_chain`` (70 s): a short bf16 GRPO run on chain through ``creditbench train``, to its end (20
-   steps, the final eval and the credit map; 42 s on an H200 up to its final eval, which failed then).
-5. ``pytest_gpu`` (60 s, in what is left of the budget): the ``gpu``-marked tests (40 s on an H200).
+   processes of 38 s (creditbench) and 23 s (TRL) on an H200, 122 s in all plus its own start.
+3. ``pytest_gpu`` (60 s, in what is left of the budget): the ``gpu``-marked tests (30-40 s on an H200).
 
-With about 20 s of wheel installs and start-up, 1-4 fill at most 460 s of the 470 s budget.
-``step_bf16`` and ``step_fp32`` (one RL step by phase, tiny sizes, bench.perf.step) ran in the first pass
-(results/benchmarks/gpu/rl_step_cuda_*.md): they run only where ``--only`` names them. bench.perf.op_count
-and the LM head's memory benchmark measure on the CPU, so the GPU pass has no check of theirs.
+With about 20 s of wheel installs and start-up, 1-2 fill at most 320 s of the 470 s budget. Measured
+already, run only where ``--only`` names them: ``scale_1.7b`` (Qwen3-1.7B, random init, bf16 autocast, HF
+engine, bench.perf.scale: 3 steps of 8 prompts x G=8 x 128 new tokens in 103 s on an H200,
+results/benchmarks/gpu/scale_cuda_qwen3-1.7b.md), ``train_chain`` (a short bf16 GRPO run on chain through
+``creditbench train`` to its end, 48 s), ``step_bf16`` and ``step_fp32`` (one RL step by phase, tiny
+sizes, bench.perf.step, results/benchmarks/gpu/rl_step_cuda_*.md). bench.perf.op_count and the LM head's
+memory benchmark measure on the CPU, so the GPU pass has no check of theirs.
 
 A benchmark that takes a time limit of its own (bench.perf.scale, bench.perf.trl) gets one 15 s under the
 check's: it stops in time to write the report of what it measured. ``--device cpu`` gives the same checks
@@ -80,16 +75,8 @@ class Check:
 TRL = "-m bench.perf.trl --device {device} --runs creditbench/matched trl/matched --time-limit {inner} {sizes}"
 CHECKS = (
     Check(
-        "scale_1.7b",
-        120,
-        f"-m bench.perf.scale --model {QWEN} --engines hf --device {{device}} --precision bf16-mixed {{sizes}} "
-        "--time-limit {inner} --out {res}/scale_{device}.md",
-        gpu="--steps 3 --prompts 8 --group-size 8 --new-tokens 128 --minibatches 2",
-        cpu="--steps 2 --prompts 2 --group-size 2 --new-tokens 8 --minibatches 1 --no-gradient-checkpointing",
-    ),
-    Check(
         "trl_tiny-8m",
-        110,
+        130,
         TRL + " --out {res}/trl_tiny-8m",
         gpu="--sizes tiny-8m --reps 2 --steps 5 --warmup 1",
         cpu="--sizes tiny-500k --reps 1 --steps 1 --warmup 1 --prompts 2",
@@ -97,11 +84,25 @@ CHECKS = (
     ),
     Check(
         "trl_1.7b",
-        140,
+        170,
         TRL + " --out {res}/trl_1.7b",
         gpu=f"--sizes {QWEN} --prompts 4 --reps 2 --steps 2 --warmup 1",
         cpu=f"--sizes {QWEN} --prompts 2 --reps 1 --steps 1 --warmup 1",
         needs="trl",
+    ),
+    Check(
+        "pytest_gpu",
+        60,
+        "-m pytest -m gpu -q -p no:cacheprovider --rootdir {root} --junitxml={res}/pytest_gpu.xml {gpu_tests}",
+    ),
+    Check(
+        "scale_1.7b",
+        120,
+        f"-m bench.perf.scale --model {QWEN} --engines hf --device {{device}} --precision bf16-mixed {{sizes}} "
+        "--time-limit {inner} --out {res}/scale_{device}.md",
+        gpu="--steps 3 --prompts 8 --group-size 8 --new-tokens 128 --minibatches 2",
+        cpu="--steps 2 --prompts 2 --group-size 2 --new-tokens 8 --minibatches 1 --no-gradient-checkpointing",
+        measured="results/benchmarks/gpu/scale_cuda_qwen3-1.7b.md",
     ),
     Check(
         "train_chain",
@@ -111,11 +112,7 @@ CHECKS = (
         "--eval.k '[1]' --tracking.experiment gpu-check --tracking.results_dir {res}/train --no_progress",
         gpu="--rl.steps 20 --eval.every 20 --eval.num_problems 64",
         cpu="--rl.steps 3 --rl.prompts_per_step 4 --eval.every 3 --eval.num_problems 8",
-    ),
-    Check(
-        "pytest_gpu",
-        60,
-        "-m pytest -m gpu -q -p no:cacheprovider --rootdir {root} --junitxml={res}/pytest_gpu.xml {gpu_tests}",
+        measured="results/benchmarks/gpu/h200-pass4-summary.md",
     ),
     Check(
         "step_bf16",

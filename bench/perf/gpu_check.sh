@@ -2,16 +2,18 @@
 # The GPU checks in one pass, for a CUDA machine that has torch, lightning and transformers but no network, in
 # at most 8 minutes with the wheel installs. The checks, their order, time limits and commands are the plan of
 # bench/gpu/checks.py (`python -m bench.gpu.checks --device cuda` prints it): the figures still open
-# first (Qwen3-1.7B's throughput, MFU and memory; creditbench against TRL on tiny-8m and at 1.7B; the bf16 chain
-# run to its end), then the GPU tests; those measured already run only when GPU_CHECK_ONLY names them.
+# first (creditbench against TRL on tiny-8m and at Qwen3-1.7B size, two repetitions each), then the GPU tests;
+# those measured already (Qwen3-1.7B's throughput, the bf16 chain run, the step by phase) run only when
+# GPU_CHECK_ONLY names them.
 #
 #   OUT=/some/empty/dir bash bench/perf/gpu_check.sh
 #   GPU_CHECK_ONLY="scale_1.7b step_bf16" bash bench/perf/gpu_check.sh   # those checks only, in the plan's order
 #
 # Run from anywhere; the project need not be installed (the repository goes on PYTHONPATH). Wheels of the
 # packages the machine lacks (mlflow-skinny, jsonargparse, math-verify, datasets, trl and their dependencies)
-# may lie in .whl/ of the repository root: they are installed first into a scratch directory, without the
-# network, and put on PYTHONPATH after the repository.
+# may lie in .whl/ of the repository root (`bash bench/gpu/wheels.sh` downloads them where there is a network):
+# they are installed first into a scratch directory, without the network, and put on PYTHONPATH after the
+# repository.
 #
 # Each check has its own time limit and all share one budget (GPU_CHECK_BUDGET seconds from the start, wheel
 # installs included; default 470, or 1400 on the CPU, where the checks' limits are 3 times the GPU's): a check

@@ -45,12 +45,14 @@ def _device_flags(argv: list[str]) -> list[str]:
 def test_the_open_figures_come_first_and_the_measured_ones_only_on_request():
     lines = [line.split("\t") for line in gpu_checks.plan_lines("cuda", RES)]
     names = [n for n, *_ in lines]
-    assert names[:4] == ["scale_1.7b", "trl_tiny-8m", "trl_1.7b", "train_chain"]
+    assert names[:3] == ["trl_tiny-8m", "trl_1.7b", "pytest_gpu"]
     states = {n: s for n, _, s, _ in lines}
-    assert states["step_bf16"].startswith("skip: measured already") and states["step_fp32"].startswith("skip: measured")
+    for measured in ("scale_1.7b", "train_chain", "step_bf16", "step_fp32"):
+        assert states[measured].startswith("skip: measured already")
     assert all(s == "run" or "measured already" in s or s.startswith("skip: needs trl") for s in states.values())
     asked = [line.split("\t") for line in gpu_checks.plan_lines("cuda", RES, ["step_bf16", "scale_1.7b"])]
     assert [(n, s) for n, _, s, _ in asked] == [("scale_1.7b", "run"), ("step_bf16", "run")]  # the plan's order
+    assert all(Path(ROOT / c.measured).is_file() for c in CHECKS if c.measured)  # where its figures are
     with pytest.raises(CreditBenchError, match="unknown GPU check 'scale'.*Valid GPU checks: pytest_gpu"):
         gpu_checks.selected(["scale"])
 
@@ -134,6 +136,23 @@ def test_a_scale_run_stopped_early_reports_the_steps_it_finished():
     args = argparse.Namespace(model=QWEN, shrink=[], prompts=8, group_size=8, new_tokens=128, minibatches=2)
     args.__dict__.update(precision="bf16-mixed", gradient_checkpointing=True, steps=3)
     assert "| hf (stopped at the time limit (125 s) after 2 of 3 steps) | 2,048 |" in scale.markdown([row], args, "H")
+
+
+def test_a_scale_run_stopped_in_its_teardown_after_every_step_is_whole(tmp_path, monkeypatch):
+    res = {"engine": "hf", "steps": {k: [1.0, 2.0, 3.0] for k in scale.STEP_KEYS}, "params": 1, "peak_tflops": 1.0}
+    res.update(peak_gpu_gb=1.0, peak_gpu_reserved_gb=1.0, plan_gb=1.0, plan="p")
+    res["mismatch"] = {k: [] for k in scale.MISMATCH_KEYS}
+    (tmp_path / "hf.live.json").write_text(json.dumps(res))
+
+    def killed(cmd, **kw):  # the 1.7B process measured its 3 steps, then met the deadline on its way out
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(scale.subprocess, "run", killed)
+    args = argparse.Namespace(steps=3, time_limit=105)
+    assert scale._engine_run("hf", args, [], tmp_path, deadline=0.0)["stopped"] is None
+    args.steps = 4
+    row = scale._engine_run("hf", args, [], tmp_path, deadline=0.0)
+    assert row["stopped"] == "stopped at the time limit (105 s) after 3 of 4 steps" and row["steps_done"] == 3
 
 
 def test_trl_reports_the_pairs_that_ran_without_the_floor():
