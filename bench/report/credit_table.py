@@ -63,6 +63,9 @@ class Table:
     ceiling: dict[str, str] = field(default_factory=dict)
     """Size -> a probe folder with oracle arms (``credit-probe --oracle``) whose shares of the oracle's effect
     the rows read where their own probe has none (bench.report.oracle)."""
+    oracle: bool = False
+    """True: each judge's probes also run the twin's oracle (judge --oracle), so each row's share is
+    measured on its own probe's batches; a probe report without oracle arms is then missing."""
 
 
 def load(path: Path = DEFINITION) -> Table:
@@ -71,7 +74,7 @@ def load(path: Path = DEFINITION) -> Table:
     if not path.is_file():
         raise CreditBenchError(f"the credit table's definition {path} not found")
     raw = yaml.safe_load(path.read_text()) or {}
-    keys = ("task", "sizes", "rows", "end_to_end", "template", "ceiling")
+    keys = ("task", "sizes", "rows", "end_to_end", "template", "ceiling", "oracle")
     unknown = set(raw) - set(keys)
     if unknown:
         raise CreditBenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (valid: {', '.join(keys)})")
@@ -90,7 +93,10 @@ def load(path: Path = DEFINITION) -> Table:
     ceiling = {str(k): str(v) for k, v in (raw.get("ceiling") or {}).items()}
     if set(ceiling) - set(sizes):
         raise CreditBenchError(f"{path}: ceiling names sizes the table does not have")
-    return Table(task, sizes, tuple(rows), end_to_end, template, ceiling)
+    oracle = raw.get("oracle", False)
+    if not isinstance(oracle, bool):
+        raise CreditBenchError(f"{path}: oracle must be true or false, got {oracle!r}")
+    return Table(task, sizes, tuple(rows), end_to_end, template, ceiling, oracle)
 
 
 def _row(entry: dict[str, Any], path: Path, task: str, sizes: tuple[str, ...], end_to_end: bool) -> Row:
@@ -324,7 +330,13 @@ def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: 
         args += ["--options", yaml.safe_dump(row.options, default_flow_style=True).strip()]
     if row.controls:
         args += ["--controls", ",".join(row.controls)]
+    args += ["--oracle"] if table.oracle else []
     return args + (["--per_update_only"] if per_update_only else [])
+
+
+def _probed(report: Path, oracle: bool) -> bool:
+    """Whether the probe's report is there (with oracle arms, where the table asks for them)."""
+    return report.is_file() and (not oracle or bool(json.loads(report.read_text()).get("oracle")))
 
 
 def missing(
@@ -344,7 +356,7 @@ def missing(
             sizes = tuple(s for s in sizes if table.sizes.index(s) <= table.sizes.index(upto))
         if not sizes:
             continue
-        todo = [s for s in sizes if not (probe_dir(row, s, table, results_dir) / "report.json").is_file()]
+        todo = [s for s in sizes if not _probed(probe_dir(row, s, table, results_dir) / "report.json", table.oracle)]
         sweep = table.end_to_end and row.sweep is None and not per_update_only
         need_sweep = sweep and not (sweep_dir(row, results_dir) / "report.json").is_file()
         if todo or need_sweep:
