@@ -138,6 +138,24 @@ def test_the_judges_still_to_run(tmp_path):
     assert ct.missing(table, res) == []
 
 
+def test_a_table_that_asks_for_the_oracle_runs_it_in_every_judge_and_reruns_a_probe_without_it(tmp_path):
+    rows = "  - {method: delta}\n  - {method: s_trace, sweep: f, probes: {tiny-500k: probes/f}}\n"
+    path = _definition(tmp_path, rows)
+    path.write_text("oracle: true\n" + path.read_text())
+    table, res = ct.load(path), tmp_path / "results"
+    todo = {row.label: args for row, args in ct.missing(table, res, per_update_only=True)}
+    assert todo["delta"][-2:] == ["--oracle", "--per_update_only"] and "--oracle" in todo["s_trace"]
+    _write(res / "probes" / "judge-delta", PROBE)  # a probe made without the oracle: still to run
+    _write(res / "probes" / "judge-delta-tiny-2m", {**PROBE, "oracle": [{"method": "delta"}]})
+    _write(res / "probes" / "judge-s_trace", {**PROBE, "oracle": [{"method": "s_trace"}]})  # its first own size
+    assert [r.label for r, _ in ct.missing(table, res, per_update_only=True)] == ["delta"]
+    _write(res / "probes" / "judge-delta", {**PROBE, "oracle": [{"method": "delta"}]})
+    assert ct.missing(table, res, per_update_only=True) == []
+    path.write_text(path.read_text().replace("oracle: true", "oracle: yes please"))
+    with pytest.raises(CreditBenchError, match="oracle must be true or false"):
+        ct.load(path)
+
+
 def test_a_table_per_update_only_runs_no_sweep_and_shows_no_end_to_end(tmp_path):
     path = _definition(
         tmp_path,
