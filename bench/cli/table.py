@@ -70,6 +70,7 @@ def credit_table(argv: list[str]) -> int:
 
     from bench.cli import judge
     from bench.report import credit_table as ct
+    from bench.report import oracle
     from bench.script import write_outputs
 
     ap = ArgumentParser(
@@ -111,5 +112,7 @@ def credit_table(argv: list[str]) -> int:
             return 0
     data = {**ct.build(table, results), "wall_s": wall}
     md, js = write_outputs(str(out), definition.stem, ct.markdown(data), data)
+    for q in data["quality"]:  # the scatter of each size's credit quality against the effect
+        oracle.quality_figure(q, out / q["figure"])
     print(ct.markdown(data) + f"\nwritten: {md}, {js}")
     return 0

@@ -53,6 +53,8 @@ class Row:
 
 @dataclass(frozen=True)
 class Table:
+    name: str
+    """The definition's file stem: the table's files are <name>.md, <name>.json, <name>-quality-<size>.png."""
     task: str
     sizes: tuple[str, ...]
     rows: tuple[Row, ...]
@@ -96,7 +98,7 @@ def load(path: Path = DEFINITION) -> Table:
     oracle = raw.get("oracle", False)
     if not isinstance(oracle, bool):
         raise CreditBenchError(f"{path}: oracle must be true or false, got {oracle!r}")
-    return Table(task, sizes, tuple(rows), end_to_end, template, ceiling, oracle)
+    return Table(path.stem, task, sizes, tuple(rows), end_to_end, template, ceiling, oracle)
 
 
 def _row(entry: dict[str, Any], path: Path, task: str, sizes: tuple[str, ...], end_to_end: bool) -> Row:
@@ -199,28 +201,29 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
         end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() and table.end_to_end else None
         rows.append({"method": row.method, "label": row.label, "options": row.options, "why": row.why,
                      "per_update": cells, "end_to_end": end})  # fmt: skip
-    quality = _quality(rows, table.sizes[0])
+    quality = [_quality(rows, size, f"{table.name}-quality-{size}.png") for size in table.sizes]
     done = sum(c is not None for r in rows for c in r["per_update"].values())
     resolved_ = sum(bool(c and c["resolved"]) for r in rows for c in r["per_update"].values())
     return {"task": table.task, "sizes": list(table.sizes), "end_to_end": table.end_to_end, "rows": rows,
             "cells": {"measured": done, "resolved": resolved_, "total": len(rows) * len(table.sizes)},
             "decided": sum(bool(r["end_to_end"]) and not r["end_to_end"]["verdict"].startswith("inconclusive")
-                           for r in rows), "quality": quality}  # fmt: skip
+                           for r in rows), "quality": [q for q in quality if q["points"]]}  # fmt: skip
 
 
-def _quality(rows: list[dict[str, Any]], size: str) -> dict[str, Any]:
+def _quality(rows: list[dict[str, Any]], size: str, figure: str) -> dict[str, Any]:
     """Does credit that looks right make a better update? Each method at ``size`` with its credit-quality
-    scores (bench.report.oracle) and its per-update effect over its twin, and Pearson's r across methods
-    of the effect with the rank correlation and with the worst step's excess share (over uniform's)."""
+    scores (bench.report.oracle) and its per-update effect over its twin (with its interval), and Pearson's
+    r across methods of the effect with the rank correlation and with the worst step's excess share (over
+    uniform's); ``figure``: the scatter's file name beside the table (bench.report.oracle.quality_figure)."""
     points = []
     for r in rows:
         c = r["per_update"][size]
         q = (c or {}).get("quality")
         if q:
             excess = None if q["worst_share"] is None else q["worst_share"] - q["worst_uniform"]
-            points.append({"label": r["label"], "effect": c["mean"], "rank_corr": q["rank_corr"],
-                           "worst_excess": excess})  # fmt: skip
-    out: dict[str, Any] = {"size": size, "points": points}
+            points.append({"label": r["label"], "effect": c["mean"], "lo": c["lo"], "hi": c["hi"],
+                           "rank_corr": q["rank_corr"], "worst_excess": excess})  # fmt: skip
+    out: dict[str, Any] = {"size": size, "points": points, "figure": figure}
     for key in ("rank_corr", "worst_excess"):
         kept = [p for p in points if p[key] is not None]
         out[key] = oracle.correlation([p[key] for p in kept], [p["effect"] for p in kept])
@@ -289,7 +292,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"Measured {cells['measured']} of {cells['total']} per-update cells, {cells['resolved']} resolved"
         + (f"; {data['decided']} of {len(data['rows'])} end-to-end comparisons decided." if end else "."),
     ]
-    lines += _quality_text(data.get("quality") or {})
+    for q in data.get("quality") or []:
+        lines += _quality_text(q)
     notes = [f"- `{r['label']}`: {r['why']}" for r in data["rows"] if r["why"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
@@ -318,6 +322,8 @@ def _quality_text(q: dict[str, Any]) -> list[str]:
         + ".",
         "",
         *md_table(["method", "per update", "rank corr", "worst-step excess"], body, "lrrr"),
+        "",
+        f"![credit quality against the per-update effect at {q['size']}]({q['figure']})",
     ]
 
 

@@ -109,3 +109,29 @@ def correlation(x: list[float], y: list[float], level: float = 0.95) -> dict[str
         float(stats.norm.ppf(0.5 + level / 2)) / math.sqrt(len(x) - 3),
     )
     return {"r": r, "lo": math.tanh(z - half), "hi": math.tanh(z + half), "n": len(x)}
+
+
+def quality_figure(q: dict[str, Any], path) -> None:
+    """The scatter of :func:`bench.report.credit_table._quality`'s points at one size: each method's per-update
+    effect over its twin (its interval as a bar) against its credit's rank correlation with the true
+    advantages, Pearson's r with its interval in the title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [p for p in q["points"] if p["rank_corr"] is not None]
+    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    for p in points:
+        ax.errorbar(p["rank_corr"], p["effect"], yerr=[[p["effect"] - p["lo"]], [p["hi"] - p["effect"]]],
+                    fmt="o", color="C0", ecolor="0.6", capsize=2)  # fmt: skip
+        ax.annotate(p["label"], (p["rank_corr"], p["effect"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xlabel("rank correlation of the credit with the Monte-Carlo step advantages")
+    ax.set_ylabel("method - twin, dJ per update (points)")
+    c = q.get("rank_corr")
+    r = f"r = {c['r']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}], {c['n']} methods" if c else "too few methods for r"
+    ax.set_title(f"credit quality and the update's effect at {q['size']}\n{r}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -220,11 +220,11 @@ def test_credit_quality_beside_the_effect_across_methods():
     assert c["r"] == pytest.approx(0.8) and c["n"] == 4
     assert c["lo"] == pytest.approx(math.tanh(math.atanh(0.8) - 1.959964), abs=1e-6)
     assert correlation([1, 2, 3], [1, 2, 3]) is None and correlation([1, 1, 1, 1], [1, 2, 3, 4]) is None
-    rows = [{"label": f"m{i}", "per_update": {"tiny-500k": {"mean": y, "quality": {"rank_corr": x,
-             "worst_share": 0.5, "worst_uniform": 0.25 if i else 0.5}}}} for i, (x, y) in
+    rows = [{"label": f"m{i}", "per_update": {"tiny-500k": {"mean": y, "lo": y - 1, "hi": y + 1, "quality": {
+             "rank_corr": x, "worst_share": 0.5, "worst_uniform": 0.25 if i else 0.5}}}} for i, (x, y) in
             enumerate(zip([0.1, 0.2, 0.3, 0.4], [1.0, 3.0, 2.0, 4.0]))]  # fmt: skip
     rows.append({"label": "none", "per_update": {"tiny-500k": None}})
-    q = ct._quality(rows, "tiny-500k")
+    q = ct._quality(rows, "tiny-500k", "t-quality-tiny-500k.png")
     assert [p["label"] for p in q["points"]] == ["m0", "m1", "m2", "m3"]
     assert q["rank_corr"]["r"] == pytest.approx(0.8) and q["worst_excess"]["r"] == pytest.approx(0.7745967)
     text = "\n".join(ct._quality_text(q))
@@ -232,3 +232,21 @@ def test_credit_quality_beside_the_effect_across_methods():
         "rank correlation: r = +0.80 [-0.70, +1.00] over 4 methods" in text
         and "| `m0` | +1.00 | +0.100 | +0.000 |" in text
     )
+    assert text.endswith("![credit quality against the per-update effect at tiny-500k](t-quality-tiny-500k.png)")
+
+
+def test_the_table_draws_each_sizes_credit_quality_as_a_scatter(tmp_path):
+    """`creditbench table --credit` writes beside the table one scatter per size whose methods have scores."""
+    import shutil
+
+    from bench.cli.table import credit_table
+
+    definition = tmp_path / "credit" / "t.yaml"
+    definition.parent.mkdir()
+    shutil.copy("results/credit/table.yaml", definition)
+    assert credit_table(["--credit", "--definition", str(definition), "--results_dir", "results"]) == 0
+    data = json.loads((tmp_path / "credit" / "t.json").read_text())
+    assert [q["size"] for q in data["quality"]] == ["tiny-500k"]  # the other sizes have no probe yet
+    png = tmp_path / "credit" / "t-quality-tiny-500k.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](t-quality-tiny-500k.png)" in (tmp_path / "credit" / "t.md").read_text()
