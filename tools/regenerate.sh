@@ -3,7 +3,8 @@
 # their inputs need: the sweeps (./run_all.sh each; the flagship's tuning sweep with it), the methods'
 # credit table, the credit probes (which read the sweeps' reports), the design studies that read the
 # probes and the sweeps, and the tables README.md and docs/results.md quote. Then `bash tests/run.sh`
-# says what else still quotes an old number. About two hours on 2 cores.
+# says what else still quotes an old number. About two hours on 2 cores, and as much again for the credit
+# tables' judges (`creditbench table --credit --run --dry_run` prints their cost).
 #   tools/regenerate.sh             everything
 #   tools/regenerate.sh probes      from the probes on (the sweeps as committed)
 #   tools/regenerate.sh tables      only the studies and the tables
@@ -63,6 +64,10 @@ if [ "$FROM" != tables ]; then
   step "the credit table's judges per update at tiny-500k (each row's probe; the flagship's rows read its own)"
   rm -rf results/probes/judge-* results/judge-*
   creditbench table --credit --run --upto tiny-500k --per_update_only --jobs "$JOBS" > /dev/null
+  step "the control table's judges per update (arithmetic, tiny-500k)"
+  creditbench table --credit --definition results/credit/control.yaml --run --jobs "$JOBS" > /dev/null
+  step "the credit table's end-to-end rounds at tiny-500k (each row's sweep, in rounds until decided)"
+  creditbench table --credit --run --upto tiny-500k --jobs "$JOBS" > /dev/null
 fi
 step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"
 creditbench table --credit > /dev/null
