@@ -3,8 +3,8 @@
 # their inputs need: the sweeps (./run_all.sh each; the flagship's tuning sweep with it), the methods'
 # credit table, the credit probes (which read the sweeps' reports), the design studies that read the
 # probes and the sweeps, and the tables README.md and docs/results.md quote. Then `bash tests/run.sh`
-# says what else still quotes an old number. About two hours on 2 cores, and as much again for the credit
-# tables' judges (`creditbench table --credit --run --dry_run` prints their cost).
+# says what else still quotes an old number. About two hours on 2 cores, and the credit tables' judges
+# besides (`creditbench table --credit --run --dry_run` prints their cost).
 #   tools/regenerate.sh             everything
 #   tools/regenerate.sh probes      from the probes on (the sweeps as committed)
 #   tools/regenerate.sh tables      only the studies and the tables
