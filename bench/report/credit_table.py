@@ -147,28 +147,46 @@ def resolved(c: dict[str, Any]) -> bool:
     return half <= (ABSOLUTE if gain < SMALL_GAIN else RELATIVE * gain)
 
 
-def _cell(report: dict[str, Any], label: str) -> dict[str, Any] | None:
+def _cell(report: dict[str, Any], label: str, later: float | None = None) -> dict[str, Any] | None:
     """The row's per-update cell from a probe's report: the comparison with its twin at the pair's tuned
-    rate where the probe has one, else at its lowest common rate; the words across rates by rule."""
+    rate where the probe has one; else at ``later`` (the rate tuned for both arms after the probe ran) where
+    it is one of the probe's common rates; else at its lowest common rate. The words across rates by rule."""
     twin = f"{label}-twin"
     comps = [c for c in report.get("comparisons", []) if (c["method"], c["control"]) == (label, twin)]
     if not comps:
         return None
-    tuned = [c for c in comps if c.get("setting") == "tuned"]
-    at = tuned[0] if tuned else min(comps, key=lambda c: c["lr_method"])
+    at = _at(comps, "lr_method", later)
     reading = next((r["rates"] for r in report.get("readings", []) if (r["method"], r["control"]) == (label, twin)), "")
     keep = ("setting", "lr_method", "mean", "lo", "hi", "verdict", "n", "gain_control", "relative", "mde")
-    return {**{k: at[k] for k in keep if k in at}, "reading": reading, "resolved": resolved(at)}
+    out = {k: at[k] for k in keep if k in at} | {"reading": reading, "resolved": resolved(at)}
+    return out | ({"tuned_later": True} if at.get("setting") != "tuned" and at["lr_method"] == later else {})
 
 
-def _share(reports: list[dict[str, Any]], label: str) -> dict[str, Any] | None:
+def _at(rows: list[dict[str, Any]], lr: str, later: float | None) -> dict[str, Any]:
+    """The row at the tuned setting, else at ``later`` among the common rates, else at the lowest rate."""
+    tuned = [r for r in rows if r["setting"] == "tuned"]
+    common = [r for r in rows if r["setting"] != "tuned"]
+    return (tuned or [r for r in common if r[lr] == later] or [min(common or rows, key=lambda r: r[lr])])[0]
+
+
+def tuned_later(row: Row, results_dir: Path) -> float | None:
+    """The rate the row's sweep tuned for the method and its twin alike (results/<sweep>/tuning.json), or
+    None where it has none or the two differ (then no common rate is the pair's tuned comparison)."""
+    path = sweep_dir(row, results_dir) / "tuning.json"
+    if not path.is_file():
+        return None
+    chosen = json.loads(path.read_text()).get("labels", {})
+    rates = {(chosen.get(x) or {}).get("chosen", {}).get("lr") for x in (row.label, f"{row.label}-twin")}
+    return rates.pop() if len(rates) == 1 else None
+
+
+def _share(reports: list[dict[str, Any]], label: str, later: float | None = None) -> dict[str, Any] | None:
     """The row's share of its twin's oracle's effect from the first report that has one: at the tuned rates
-    where it has them, else at the lowest common rate."""
+    where it has them, else at ``later`` (as in ``_cell``), else at the lowest common rate."""
     for rep in reports:
         rows = [r for r in rep.get("oracle") or [] if r["method"] == label]
         if rows:
-            tuned = [r for r in rows if r["setting"] == "tuned"]
-            at = tuned[0] if tuned else min(rows, key=lambda r: r["lr"])
+            at = _at(rows, "lr", later)
             keep = ("setting", "lr", "n", "method_effect", "oracle_effect", "oracle_lo", "oracle_hi", "share")
             return {k: at[k] for k in keep if k in at} | {"probe": rep.get("sweep")}
     return None
@@ -186,16 +204,17 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
     rows = []
     for row in table.rows:
         cells = {}
-        for size in table.sizes:
+        for size in table.sizes:  # a rate tuned after the probe is the first size's (the sweep's model)
+            later = tuned_later(row, results_dir) if size == table.sizes[0] else None
             rep = probe_dir(row, size, table, results_dir) / "report.json"
             own = json.loads(rep.read_text()) if rep.is_file() else None
-            cells[size] = _cell(own, row.label) if own else None
+            cells[size] = _cell(own, row.label, later) if own else None
             ceiling = results_dir / table.ceiling[size] / "report.json" if size in table.ceiling else None
             reports = [
                 r for r in (own, json.loads(ceiling.read_text()) if ceiling and ceiling.is_file() else None) if r
             ]
             if cells[size] is not None:
-                cells[size]["oracle"] = _share(reports, row.label)
+                cells[size]["oracle"] = _share(reports, row.label, later)
                 cells[size]["quality"] = oracle.label_quality(reports, row.label)
         srep = sweep_dir(row, results_dir) / "report.json"
         end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() and table.end_to_end else None
@@ -235,7 +254,7 @@ def _update_text(c: dict[str, Any] | None) -> str:
         return "not measured yet"
     rel = c.get("relative") or {}
     share = f", {100 * rel['mean']:+.0f}% of the twin's gain" if rel else ""
-    at = "tuned lr" if c.get("setting") == "tuned" else "lr"
+    at = "tuned lr" if c.get("setting") == "tuned" or c.get("tuned_later") else "lr"
     text = f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{share} at {at} {c['lr_method']:g}: **{c['verdict']}**"
     if c["reading"]:
         text += f"; {c['reading']}"
@@ -274,7 +293,9 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "Per update: the method's gain in J after one update minus its twin's, from the same weights, optimizer "
         "state and batch (points of J [interval over reference trajectories]), at the pair's tuned rate where "
-        "the probe has one, else its lowest common rate; then the verdicts across the probe's rates, by rule. "
+        "the probe has one or the rate tuned for both arms after it is one of its common rates, else its lowest "
+        "common rate; then the verdicts across the probe's rates, by rule (the interval is the repeated one, "
+        "simultaneous at alpha / m, so it can reach 0 where a test at Holm's recycled level decided). "
         + (
             "End to end: the paired difference in final pass@1 (points [repeated interval valid at the sequential "
             "stop]) over seeds in rounds. "

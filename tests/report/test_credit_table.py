@@ -89,6 +89,30 @@ def test_cells_come_from_the_judges_folders_and_a_row_may_read_another_sweep(tmp
     assert ct.probe_dir(table.rows[1], "tiny-2m", table, res) == res / "probes" / "judge-grpo_lambda"
 
 
+def test_a_rate_tuned_after_the_probe_picks_its_common_rate_where_both_arms_share_it(tmp_path):
+    """The probe ran before the sweep tuned its rates (no ``tuned`` rows): the cell is at the rate tuned for
+    the method and its twin alike where the probe has it among its common rates; else at the lowest."""
+    table = ct.load(_definition(tmp_path, "  - {method: s_trace, label: m}\n", "[tiny-500k]"))
+    res = tmp_path / "results"
+    common = [c for c in PROBE["comparisons"] if c["setting"] != "tuned"]
+    oracle = [{"setting": f"lr {lr:g}", "method": "m", "lr": lr, "n": 6, "method_effect": e, "oracle_effect": 2.0,
+               "oracle_lo": 1.0, "oracle_hi": 3.0, "share": None} for lr, e in ((1e-4, 0.5), (2e-4, 0.1))]  # fmt: skip
+    _write(res / "probes" / "judge-m", {"comparisons": common, "oracle": oracle})
+    assert ct.tuned_later(table.rows[0], res) is None  # no tuning.json
+    tuning = {"labels": {"m": {"chosen": {"lr": 2e-4}}, "m-twin": {"chosen": {"lr": 2e-4}}}}
+    (res / "judge-m" / "tuning.json").parent.mkdir(parents=True)
+    (res / "judge-m" / "tuning.json").write_text(json.dumps(tuning))
+    assert ct.tuned_later(table.rows[0], res) == 2e-4
+    cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-500k"]
+    assert cell["lr_method"] == 2e-4 and cell["tuned_later"] and cell["oracle"]["method_effect"] == 0.1
+    assert ct._update_text(cell).startswith("+0.10 [-0.30, +0.50] at tuned lr 0.0002: **inconclusive**")
+    tuning["labels"]["m-twin"]["chosen"]["lr"] = 1e-4  # the arms tuned apart: no common rate is the pair's
+    (res / "judge-m" / "tuning.json").write_text(json.dumps(tuning))
+    cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-500k"]
+    assert ct.tuned_later(table.rows[0], res) is None and cell["lr_method"] == 1e-4 and "tuned_later" not in cell
+    assert ct._update_text(cell).startswith("+0.50 [+0.10, +0.90], +20% of the twin's gain at lr 0.0001")
+
+
 def test_a_cell_ends_with_its_share_of_the_oracle_read_from_the_ceiling_probe(tmp_path):
     """The row's own probe has no oracle: the table's ceiling probe gives the share, at the tuned rates."""
     path = _definition(tmp_path, "  - {method: s_trace, label: m}\n", "[tiny-500k]")
