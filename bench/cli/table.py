@@ -64,8 +64,6 @@ def paper_table(argv: list[str]) -> int:
 def credit_table(argv: list[str]) -> int:
     """``creditbench table --credit [--definition YAML] [--run] [--dry_run] [--upto SIZE] [--per_update_only]
     [--jobs N]``."""
-    import json
-    import time
     from pathlib import Path
 
     from bench.cli import judge
@@ -90,18 +88,14 @@ def credit_table(argv: list[str]) -> int:
     definition = Path(a.definition)
     table, results = ct.load(definition), Path(a.results_dir)
     out = definition.parent
-    record = out / f"{definition.stem}.json"
-    wall = json.loads(record.read_text()).get("wall_s", 0.0) if record.is_file() else 0.0
     if a.run or a.dry_run:
         todo = ct.missing(table, results, a.upto, a.per_update_only)
         print(f"credit table: {len(todo)} of {len(table.rows)} rows to judge" + (" (dry run)" if a.dry_run else ""))
         first = cap = 0.0
         for _row, args in todo:
             print(f"\n== creditbench judge {' '.join(args)}")
-            start = time.monotonic()
             argv_ = [*args, "--jobs", str(a.jobs), "--results_dir", a.results_dir]
             judge.main(argv_ + (["--dry_run"] if a.dry_run else []))
-            wall += 0.0 if a.dry_run else time.monotonic() - start
             if a.dry_run:
                 costs = judge.probe_costs(argv_).values()
                 first, cap = first + sum(c[0] for c in costs), cap + sum(c[1] for c in costs)
@@ -110,7 +104,7 @@ def credit_table(argv: list[str]) -> int:
             print(f"\ncredit table: the probes' first rounds about {hours(first)}, every pair at the cap about "
                   f"{hours(cap)}; the sweeps' costs are above, each with its own")  # fmt: skip
             return 0
-    data = {**ct.build(table, results), "wall_s": wall}
+    data = ct.build(table, results)  # with what its records cost, from their own reports
     md, js = write_outputs(str(out), definition.stem, ct.markdown(data), data)
     for q in data["quality"]:  # the scatter of each size's credit quality against the effect
         oracle.quality_figure(q, out / q["figure"])

@@ -220,33 +220,34 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
         end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() and table.end_to_end else None
         rows.append({"method": row.method, "label": row.label, "options": row.options, "why": row.why,
                      "per_update": cells, "end_to_end": end})  # fmt: skip
-    quality = [_quality(rows, size, f"{table.name}-quality-{size}.png") for size in table.sizes]
+    quality = [oracle.across(rows, size, f"{table.name}-quality-{size}.png") for size in table.sizes]
+    cost = _cost(table, results_dir)
     done = sum(c is not None for r in rows for c in r["per_update"].values())
     resolved_ = sum(bool(c and c["resolved"]) for r in rows for c in r["per_update"].values())
     return {"task": table.task, "sizes": list(table.sizes), "end_to_end": table.end_to_end, "rows": rows,
             "cells": {"measured": done, "resolved": resolved_, "total": len(rows) * len(table.sizes)},
             "decided": sum(bool(r["end_to_end"]) and not r["end_to_end"]["verdict"].startswith("inconclusive")
-                           for r in rows), "quality": [q for q in quality if q["points"]]}  # fmt: skip
+                           for r in rows), "quality": [q for q in quality if q["points"]], "cost": cost}  # fmt: skip
 
 
-def _quality(rows: list[dict[str, Any]], size: str, figure: str) -> dict[str, Any]:
-    """Does credit that looks right make a better update? Each method at ``size`` with its credit-quality
-    scores (bench.report.oracle) and its per-update effect over its twin (with its interval), and Pearson's
-    r across methods of the effect with the rank correlation and with the worst step's excess share (over
-    uniform's); ``figure``: the scatter's file name beside the table (bench.report.oracle.quality_figure)."""
-    points = []
-    for r in rows:
-        c = r["per_update"][size]
-        q = (c or {}).get("quality")
-        if q:
-            excess = None if q["worst_share"] is None else q["worst_share"] - q["worst_uniform"]
-            points.append({"label": r["label"], "effect": c["mean"], "lo": c["lo"], "hi": c["hi"],
-                           "rank_corr": q["rank_corr"], "worst_excess": excess})  # fmt: skip
-    out: dict[str, Any] = {"size": size, "points": points, "figure": figure}
-    for key in ("rank_corr", "worst_excess"):
-        kept = [p for p in points if p[key] is not None]
-        out[key] = oracle.correlation([p[key] for p in kept], [p["effect"] for p in kept])
-    return out
+def _cost(table: Table, results_dir: Path) -> dict[str, float]:
+    """What the table's records cost, from their own reports, each folder counted once (rows may share a
+    probe or a sweep): the probes' wall time (``wall_s`` of each probe's report), the tuning's wall time and
+    the rounds' run time (a sweep report's ``tuning.wall_s`` and ``compute_s``: the sum of its runs' seconds,
+    which its workers share)."""
+    probes = {probe_dir(r, size, table, results_dir) for r in table.rows for size in table.sizes}
+    sweeps = {sweep_dir(r, results_dir) for r in table.rows} if table.end_to_end else set()
+    read = lambda d: json.loads((d / "report.json").read_text()) if (d / "report.json").is_file() else {}  # noqa: E731
+    out = {
+        "probes_wall_s": sum(read(d).get("wall_s") or 0.0 for d in probes),
+        "tuning_wall_s": 0.0,
+        "rounds_run_s": 0.0,
+    }
+    for d in sweeps:
+        rep = read(d)
+        out["tuning_wall_s"] += (rep.get("tuning") or {}).get("wall_s") or 0.0
+        out["rounds_run_s"] += rep.get("compute_s") or 0.0
+    return {k: round(v, 1) for k, v in out.items()}
 
 
 def _update_text(c: dict[str, Any] | None) -> str:
@@ -313,39 +314,24 @@ def markdown(data: dict[str, Any]) -> str:
         f"Measured {cells['measured']} of {cells['total']} per-update cells, {cells['resolved']} resolved"
         + (f"; {data['decided']} of {len(data['rows'])} end-to-end comparisons decided." if end else "."),
     ]
+    lines += _cost_text(data.get("cost"), end)
     for q in data.get("quality") or []:
-        lines += _quality_text(q)
+        lines += oracle.across_text(q)
     notes = [f"- `{r['label']}`: {r['why']}" for r in data["rows"] if r["why"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def _quality_text(q: dict[str, Any]) -> list[str]:
-    """The credit-quality paragraph: each method's scores beside its effect and the correlations across methods."""
-    if not q.get("points"):
+def _cost_text(c: dict[str, float] | None, end: bool) -> list[str]:
+    if not c:
         return []
-
-    def r_text(name: str, c: dict[str, float] | None) -> str:
-        if c is None:
-            return f"{name}: too few methods for a correlation (4 needed)"
-        return f"{name}: r = {c['r']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] over {c['n']} methods"
-
-    body = [[f"`{p['label']}`", f"{p['effect']:+.2f}", "–" if p["rank_corr"] is None else f"{p['rank_corr']:+.3f}",
-             "–" if p["worst_excess"] is None else f"{p['worst_excess']:+.3f}"] for p in q["points"]]  # fmt: skip
-    return [
-        "",
-        f"Credit against the true advantage at {q['size']} (the probe's batches that measure it): each method's "
-        "per-update effect over its twin beside its credit's rank correlation with the Monte-Carlo step advantages "
-        "and the excess share of a failed completion's negative credit on its worst step (over uniform credit's). "
-        "Pearson's r across methods with its 95% Fisher-z interval, "
-        + r_text("rank correlation", q.get("rank_corr"))
-        + "; "
-        + r_text("worst-step excess", q.get("worst_excess"))
-        + ".",
-        "",
-        *md_table(["method", "per update", "rank corr", "worst-step excess"], body, "lrrr"),
-        "",
-        f"![credit quality against the per-update effect at {q['size']}]({q['figure']})",
-    ]
+    h = lambda x: f"{x / 3600:.1f} h"  # noqa: E731
+    text = f"What these records cost (each report's own times): the probes {h(c['probes_wall_s'])} of wall time"
+    if end:
+        text += (
+            f", the tuning {h(c['tuning_wall_s'])} of wall time and the rounds {h(c['rounds_run_s'])} of run time "
+            "(the sum of their runs' seconds, which a sweep's workers share)"
+        )
+    return ["", text + "."]
 
 
 def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: bool) -> list[str]:

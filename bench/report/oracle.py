@@ -23,6 +23,7 @@ import numpy as np
 from scipy import stats
 
 from bench.paired.stats import Unit, index, per_trajectory, settings, stratum_mean
+from bench.script import md_table
 from bench.stats.ratio import fieller
 
 QUALITY = ("quality_rank_corr", "quality_worst_share", "quality_worst_uniform", "quality_best_share",
@@ -112,7 +113,7 @@ def correlation(x: list[float], y: list[float], level: float = 0.95) -> dict[str
 
 
 def quality_figure(q: dict[str, Any], path) -> None:
-    """The scatter of :func:`bench.report.credit_table._quality`'s points at one size: each method's per-update
+    """The scatter of :func:`across`'s points at one size: each method's per-update
     effect over its twin (its interval as a bar) against its credit's rank correlation with the true
     advantages, Pearson's r with its interval in the title."""
     import matplotlib
@@ -135,3 +136,52 @@ def quality_figure(q: dict[str, Any], path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def across(rows: list[dict[str, Any]], size: str, figure: str) -> dict[str, Any]:
+    """Does credit that looks right make a better update? Each method at ``size`` with its credit-quality
+    scores (label_quality) and its per-update effect over its twin (with its interval), and Pearson's
+    r across methods of the effect with the rank correlation and with the worst step's excess share (over
+    uniform's); ``figure``: the scatter's file name beside the table (quality_figure)."""
+    points = []
+    for r in rows:
+        c = r["per_update"][size]
+        q = (c or {}).get("quality")
+        if q:
+            excess = None if q["worst_share"] is None else q["worst_share"] - q["worst_uniform"]
+            points.append({"label": r["label"], "effect": c["mean"], "lo": c["lo"], "hi": c["hi"],
+                           "rank_corr": q["rank_corr"], "worst_excess": excess})  # fmt: skip
+    out: dict[str, Any] = {"size": size, "points": points, "figure": figure}
+    for key in ("rank_corr", "worst_excess"):
+        kept = [p for p in points if p[key] is not None]
+        out[key] = correlation([p[key] for p in kept], [p["effect"] for p in kept])
+    return out
+
+
+def across_text(q: dict[str, Any]) -> list[str]:
+    """The credit-quality paragraph: each method's scores beside its effect and the correlations across methods."""
+    if not q.get("points"):
+        return []
+
+    def r_text(name: str, c: dict[str, float] | None) -> str:
+        if c is None:
+            return f"{name}: too few methods for a correlation (4 needed)"
+        return f"{name}: r = {c['r']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] over {c['n']} methods"
+
+    body = [[f"`{p['label']}`", f"{p['effect']:+.2f}", "–" if p["rank_corr"] is None else f"{p['rank_corr']:+.3f}",
+             "–" if p["worst_excess"] is None else f"{p['worst_excess']:+.3f}"] for p in q["points"]]  # fmt: skip
+    return [
+        "",
+        f"Credit against the true advantage at {q['size']} (the probe's batches that measure it): each method's "
+        "per-update effect over its twin beside its credit's rank correlation with the Monte-Carlo step advantages "
+        "and the excess share of a failed completion's negative credit on its worst step (over uniform credit's). "
+        "Pearson's r across methods with its 95% Fisher-z interval, "
+        + r_text("rank correlation", q.get("rank_corr"))
+        + "; "
+        + r_text("worst-step excess", q.get("worst_excess"))
+        + ".",
+        "",
+        *md_table(["method", "per update", "rank corr", "worst-step excess"], body, "lrrr"),
+        "",
+        f"![credit quality against the per-update effect at {q['size']}]({q['figure']})",
+    ]

@@ -12,6 +12,7 @@ import pytest
 
 from bench.errors import CreditBenchError
 from bench.report import credit_table as ct
+from bench.report import oracle
 
 TWIN = {"method": "m", "control": "m-twin", "n": 8, "mde": 0.3}
 PROBE = {
@@ -87,6 +88,23 @@ def test_cells_come_from_the_judges_folders_and_a_row_may_read_another_sweep(tmp
     lam = ct.build(table, res)["rows"][1]
     assert lam["per_update"]["tiny-500k"]["verdict"] == "better" and lam["end_to_end"] is None
     assert ct.probe_dir(table.rows[1], "tiny-2m", table, res) == res / "probes" / "judge-grpo_lambda"
+
+
+def test_what_the_records_cost_comes_from_their_reports_each_folder_once(tmp_path):
+    rows = "  - {method: s_trace, label: m}\n"
+    rows += "  - {method: p_trace, label: n, sweep: judge-n, probes: {tiny-500k: probes/judge-m}}\n"
+    table = ct.load(_definition(tmp_path, rows, "[tiny-500k]"))
+    res = tmp_path / "results"
+    _write(res / "probes" / "judge-m", {**PROBE, "wall_s": 5400.0})  # both rows read it: counted once
+    _write(res / "judge-m", {**SWEEP, "tuning": {"wall_s": 720.0}, "compute_s": 3600.0})
+    _write(res / "judge-n", {**SWEEP, "compute_s": 1800.0})  # no tuning
+    cost = ct.build(table, res)["cost"]
+    assert cost == {"probes_wall_s": 5400.0, "tuning_wall_s": 720.0, "rounds_run_s": 5400.0}
+    assert ct._cost_text(cost, True)[1] == (
+        "What these records cost (each report's own times): the probes 1.5 h of wall time, the tuning 0.2 h of "
+        "wall time and the rounds 1.5 h of run time (the sum of their runs' seconds, which a sweep's workers share)."
+    )
+    assert ct._cost_text(cost, False)[1].endswith("the probes 1.5 h of wall time.")
 
 
 def test_a_rate_tuned_after_the_probe_picks_its_common_rate_where_both_arms_share_it(tmp_path):
@@ -230,8 +248,8 @@ def test_the_committed_tables_are_the_ones_their_reports_give(stem):
     """results/credit/<stem>.md is what its definition and the committed reports give now."""
     data = ct.build(ct.load(Path(f"results/credit/{stem}.yaml")))
     committed = json.loads(Path(f"results/credit/{stem}.json").read_text())
-    assert {k: v for k, v in committed.items() if k != "wall_s"} == json.loads(json.dumps(data))
-    assert Path(f"results/credit/{stem}.md").read_text() == ct.markdown({**data, "wall_s": committed["wall_s"]})
+    assert committed == json.loads(json.dumps(data))
+    assert Path(f"results/credit/{stem}.md").read_text() == ct.markdown(data)
 
 
 def test_credit_quality_beside_the_effect_across_methods():
@@ -248,10 +266,10 @@ def test_credit_quality_beside_the_effect_across_methods():
              "rank_corr": x, "worst_share": 0.5, "worst_uniform": 0.25 if i else 0.5}}}} for i, (x, y) in
             enumerate(zip([0.1, 0.2, 0.3, 0.4], [1.0, 3.0, 2.0, 4.0]))]  # fmt: skip
     rows.append({"label": "none", "per_update": {"tiny-500k": None}})
-    q = ct._quality(rows, "tiny-500k", "t-quality-tiny-500k.png")
+    q = oracle.across(rows, "tiny-500k", "t-quality-tiny-500k.png")
     assert [p["label"] for p in q["points"]] == ["m0", "m1", "m2", "m3"]
     assert q["rank_corr"]["r"] == pytest.approx(0.8) and q["worst_excess"]["r"] == pytest.approx(0.7745967)
-    text = "\n".join(ct._quality_text(q))
+    text = "\n".join(oracle.across_text(q))
     assert (
         "rank correlation: r = +0.80 [-0.70, +1.00] over 4 methods" in text
         and "| `m0` | +1.00 | +0.100 | +0.000 |" in text
