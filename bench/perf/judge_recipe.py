@@ -10,8 +10,9 @@ method (those before its first ``creditbench judge``; the method's name is read 
 times ``creditbench judge METHOD --jobs N`` as the recipe runs it, unshrunk. The phases come from what the
 judge writes: the learning-rate tuning (results/judge-<label>/tuning.json), the credit probe (its report's
 ``wall_s``), and the rest (the seeds in rounds, the reports and the card). The tiny-500k base checkpoint
-comes from the shared cache ($CREDITBENCH_CACHE) as a user's second judge would find it; the report says
-whether it was there. Writes ``<out>/judge_recipe.{md,json}``.
+on chain comes from this checkout's cache ($CREDITBENCH_CACHE, else .creditbench/cache) as a user's second
+judge would find it; the report says whether it was there (else the judge builds it first). Writes
+``<out>/judge_recipe.{md,json}``.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ def measure(recipe: Path, jobs: int, keep: Path | None) -> dict[str, Any]:
     copy = copy_commit(scratch / "repo")
     env = {**os.environ, "PYTHONPATH": str(copy), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env["PATH"] = f"{copy / '.venv' / 'bin'}:{env['PATH']}"
-    cache = Path(env.get("CREDITBENCH_CACHE", Path.home() / ".cache" / "creditbench"))
-    warm = cache.is_dir() and any(cache.rglob("*tiny-500k*"))
+    cache = Path(env.get("CREDITBENCH_CACHE") or ROOT / ".creditbench" / "cache").resolve()
+    env["CREDITBENCH_CACHE"] = str(cache)  # this checkout's, not the copy's empty one
+    warm = (cache / "base" / "chain").is_dir() and any((cache / "base" / "chain").glob("tiny-500k-*"))
     subprocess.run(["bash", "-c", script], cwd=copy, env=env, check=True, capture_output=True)
     cmd = ["creditbench", "judge", method, "--jobs", str(jobs)]
     log = scratch / "judge.log"
