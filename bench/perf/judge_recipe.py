@@ -39,6 +39,8 @@ JUDGE = re.compile(r"^creditbench judge (\S+) --jobs \d+", re.M)
 
 def setup(page: Path) -> tuple[str, str]:
     """The recipe's blocks before its first judge run, as one script, and the method that run judges."""
+    if not page.is_file():
+        raise CreditBenchError(f"no recipe at {page}: give --recipe a page of docs/recipes/")
     blocks = FENCE.findall(page.read_text())
     for i, body in enumerate(blocks):
         m = JUDGE.search(body)
@@ -77,6 +79,10 @@ def verdicts(copy: Path, label: str) -> list[dict[str, Any]]:
 
 
 def measure(recipe: Path, jobs: int, keep: Path | None) -> dict[str, Any]:
+    if jobs < 1:
+        raise CreditBenchError(f"--jobs must be >= 1, got {jobs}")
+    if keep is not None and (keep / "repo").exists():
+        raise CreditBenchError(f"{keep / 'repo'} exists: --keep needs a folder without a repo/ in it")
     script, method = setup(recipe)
     scratch = keep or Path(tempfile.mkdtemp(prefix="judge-recipe-"))
     copy = copy_commit(scratch / "repo")

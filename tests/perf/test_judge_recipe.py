@@ -25,6 +25,14 @@ def test_a_page_without_a_judge_run_fails_in_one_line(tmp_path):
     page.write_text("```bash\necho hi\n```\n")
     with pytest.raises(CreditBenchError, match="has no block that runs 'creditbench judge METHOD --jobs N'"):
         jr.setup(page)
+    with pytest.raises(CreditBenchError, match="no recipe at .*: give --recipe a page of docs/recipes/"):
+        jr.setup(tmp_path / "missing.md")
+    with pytest.raises(CreditBenchError, match="--jobs must be >= 1, got 0"):
+        jr.measure(page, 0, None)
+    (tmp_path / "keep" / "repo").mkdir(parents=True)
+    with pytest.raises(CreditBenchError, match="exists: --keep needs a folder without a repo/ in it"):
+        jr.measure(page, 2, tmp_path / "keep")
+    assert list((tmp_path / "keep" / "repo").iterdir()) == []  # nothing written
 
 
 def _write(path: Path, data: dict) -> None:
