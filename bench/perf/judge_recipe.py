@@ -11,8 +11,8 @@ times ``creditbench judge METHOD --jobs N`` as the recipe runs it, unshrunk. The
 judge writes: the learning-rate tuning (results/judge-<label>/tuning.json), the credit probe (its report's
 ``wall_s``), and the rest (the seeds in rounds, the reports and the card). The tiny-500k base checkpoint
 on chain comes from this checkout's cache ($CREDITBENCH_CACHE, else .creditbench/cache) as a user's second
-judge would find it; the report says whether it was there (else the judge builds it first). Writes
-``<out>/judge_recipe.{md,json}``.
+judge would find it; the report says whether it was there, else installed from its pinned copy
+(results/bases), else built first. Writes ``<out>/judge_recipe.{md,json}``.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ def measure(recipe: Path, jobs: int, keep: Path | None) -> dict[str, Any]:
     cache = Path(env.get("CREDITBENCH_CACHE") or ROOT / ".creditbench" / "cache").resolve()
     env["CREDITBENCH_CACHE"] = str(cache)  # this checkout's, not the copy's empty one
     warm = (cache / "base" / "chain").is_dir() and any((cache / "base" / "chain").glob("tiny-500k-*"))
+    pinned = any((copy / "results" / "bases" / "chain").glob("tiny-500k-*"))
     subprocess.run(["bash", "-c", script], cwd=copy, env=env, check=True, capture_output=True)
     cmd = ["creditbench", "judge", method, "--jobs", str(jobs)]
     log = scratch / "judge.log"
@@ -102,8 +103,18 @@ def measure(recipe: Path, jobs: int, keep: Path | None) -> dict[str, Any]:
         tail = log.read_text()[-2000:]
         raise CreditBenchError(f"{shlex.join(cmd)} failed (exit {proc.returncode}); {log}:\n{tail}")
     return {"recipe": str(recipe.relative_to(ROOT)), "method": method, "command": shlex.join(cmd), "jobs": jobs,
-            "cache_warm": warm, "phases": phases(copy, method, total), "target_s": TARGET_S,
+            "cache_warm": warm, "base_pinned": pinned, "phases": phases(copy, method, total), "target_s": TARGET_S,
             "comparisons": verdicts(copy, method), "machine": machine(1)}  # fmt: skip
+
+
+def base_words(data: dict[str, Any]) -> str:
+    """Where the judge's tiny-500k base came from: the cache, its pinned copy (results/bases, installed into
+    an empty cache in a moment), or a warm-start the judge ran first."""
+    if data["cache_warm"]:
+        return "came from the cache."
+    if data.get("base_pinned"):
+        return "was installed from its pinned copy (results/bases) into an empty cache."
+    return "was built first (no cache, no pinned copy)."
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -116,7 +127,7 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         f"`{data['command']}` from a clean copy of the commit to its card: **{p['total'] / 60:.1f} min** against "
         f"the recipe's {data['target_s'] / 60:.0f} ({met}); the tiny-500k base checkpoint "
-        + ("came from the cache." if data["cache_warm"] else "was built first (no cache)."),
+        + base_words(data),
         "",
         *md_table(["phase", "wall s", "min"], rows),
         "",

@@ -62,3 +62,7 @@ def test_phases_and_words_come_from_what_the_judge_wrote(tmp_path):
     assert "| rounds and card | 600 | 10.0 |" in md and "| m | m-placebo | – | – |" in md
     data["phases"] = {**p, "total": 1900.0}
     assert "**31.7 min** against the recipe's 30 (not met)" in jr.markdown(data)
+    data["cache_warm"], data["base_pinned"] = False, True  # an empty cache: the pinned copy is installed
+    assert "was installed from its pinned copy (results/bases) into an empty cache." in jr.markdown(data)
+    data["base_pinned"] = False
+    assert "base checkpoint was built first (no cache, no pinned copy)." in jr.markdown(data)
