@@ -255,6 +255,8 @@ def _update_text(c: dict[str, Any] | None) -> str:
         return "not measured yet"
     rel = c.get("relative") or {}
     share = f", {100 * rel['mean']:+.0f}% of the twin's gain" if rel else ""
+    if not rel and "gain_control" in c:  # no share: the twin's own gain is not resolved above 0 here
+        share = f", the twin gaining {c['gain_control']:+.2f} (not resolved above 0)"
     at = "tuned lr" if c.get("setting") == "tuned" or c.get("tuned_later") else "lr"
     text = f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{share} at {at} {c['lr_method']:g}: **{c['verdict']}**"
     if c["reading"]:
@@ -304,7 +306,9 @@ def markdown(data: dict[str, Any]) -> str:
             else ""
         )
         + "A cell is resolved where it has a verdict or its interval is within ±10% of the twin's gain (±0.3 "
-        "points where the twin gains less than 3). Where a probe has the twin's oracle (its credit moved onto the "
+        "points where the twin gains less than 3); where the twin's own gain is not resolved above 0 the cell "
+        "gives that gain instead of the share of it (an update that does not move J: no regime to compare in). "
+        "Where a probe has the twin's oracle (its credit moved onto the "
         "Monte-Carlo step advantages), the cell ends with the method's share of the oracle's gain over the twin, "
         "both measured on that probe's batches (the row's own probe, else the table's ceiling probe) [Fieller's "
         "interval, Bonferroni over the probe's shares], or the oracle's gain where it is not resolved above 0.",

@@ -123,7 +123,10 @@ def test_a_rate_tuned_after_the_probe_picks_its_common_rate_where_both_arms_shar
     assert ct.tuned_later(table.rows[0], res) == 2e-4
     cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-500k"]
     assert cell["lr_method"] == 2e-4 and cell["tuned_later"] and cell["oracle"]["method_effect"] == 0.1
-    assert ct._update_text(cell).startswith("+0.10 [-0.30, +0.50] at tuned lr 0.0002: **inconclusive**")
+    text = ct._update_text(cell)  # a cell without the share of the twin's gain names the twin's own gain
+    assert text.startswith(
+        "+0.10 [-0.30, +0.50], the twin gaining +4.00 (not resolved above 0) at tuned lr 0.0002: **inconclusive**"
+    )
     tuning["labels"]["m-twin"]["chosen"]["lr"] = 1e-4  # the arms tuned apart: no common rate is the pair's
     (res / "judge-m" / "tuning.json").write_text(json.dumps(tuning))
     cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-500k"]
@@ -288,7 +291,7 @@ def test_the_table_draws_each_sizes_credit_quality_as_a_scatter(tmp_path):
     shutil.copy("results/credit/table.yaml", definition)
     assert credit_table(["--credit", "--definition", str(definition), "--results_dir", "results"]) == 0
     data = json.loads((tmp_path / "credit" / "t.json").read_text())
-    assert [q["size"] for q in data["quality"]] == ["tiny-500k"]  # the other sizes have no probe yet
+    assert [q["size"] for q in data["quality"]] == ["tiny-500k", "tiny-2m"]  # tiny-8m has no probe yet
     png = tmp_path / "credit" / "t-quality-tiny-500k.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](t-quality-tiny-500k.png)" in (tmp_path / "credit" / "t.md").read_text()
