@@ -11,7 +11,9 @@ os.environ.setdefault("CREDITBENCH_CHECKPOINTS", tempfile.mkdtemp(prefix="credit
 import pytest
 import torch
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# the cores shared among pytest-xdist's workers (bash tests/run.sh runs two), else up to 2 for this process
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _workers)))
 
 
 @pytest.fixture
