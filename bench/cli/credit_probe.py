@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.run.args import ArgumentParser
 
-USAGE = "credit-probe SPEC.yaml [--batches N --first N --cap N --lrs A,B --jobs N --dry_run]"
+USAGE = "credit-probe SPEC.yaml [--batches N --first N --cap N --lrs A,B --trajectory_lr R --jobs N --dry_run]"
 HELP = "credit per update: each credit method vs its twin on the same batch, scored on J"
 
 
@@ -50,6 +50,8 @@ def parser() -> ArgumentParser:
                     help=f"equivalence margin, a fraction of the control's gain (default {d.margin:g})")  # fmt: skip
     ap.add_argument("--reference", default=d.reference, help="control (each pair's twin) or a label of the sweep")
     ap.add_argument("--lrs", type=_floats, default=d.lrs, help="common learning rates (default 1e-4,2e-4)")
+    ap.add_argument("--trajectory_lr", type=float, default=None,
+                    help="the reference trajectories' rate (default: each label's own)")  # fmt: skip
     ap.add_argument("--placebo", action="store_true", help="also each method against its placebo")
     ap.add_argument("--oracle", action="store_true", help="also each twin's oracle (the ceiling)")
     ap.add_argument("--oracle_rollouts", type=int, default=d.oracle_rollouts,

@@ -14,7 +14,10 @@ from pathlib import Path
 
 from bench.run.args import ArgumentParser
 
-USAGE = "judge METHOD [--options YAML] [--label L] [--task T] [--sizes A,B] [--per_update_only] [--jobs N] [--dry_run]"
+USAGE = (
+    "judge METHOD [--options YAML] [--label L] [--task T] [--sizes A,B] [--rates YAML] [--per_update_only] "
+    "[--jobs N] [--dry_run]"
+)
 HELP = "a credit method against its twin (and placebo), per update and in rounds: its report card"
 
 
@@ -30,6 +33,8 @@ def parser() -> ArgumentParser:
     ap.add_argument("--label", default=None, help="what to call it (default: the method's name); names the files")
     ap.add_argument("--task", default="chain", help="a task with reference completions (default chain)")
     ap.add_argument("--sizes", default="tiny-500k", help="model sizes, the first also end to end (default tiny-500k)")
+    ap.add_argument("--rates", default=None, help="a size's own rates, a YAML mapping size -> {lr: R, lrs: [A, B]}: "
+                    "its reference trajectories at R, its arms at A, B (default: the template's)")  # fmt: skip
     ap.add_argument("--controls", default=None, help="twin or twin,placebo (default: the method's controls)")
     ap.add_argument("--template", default="results/sweeps/embedded.yaml", help="the spec whose design is used")
     ap.add_argument("--per_update_only", action="store_true", help="only the credit probe, no sweep")
@@ -49,10 +54,11 @@ def main(argv: list[str]) -> int:
     if a.jobs < 1:
         raise CreditBenchError(f"--jobs must be >= 1, got {a.jobs}")
     j = _judged(a)
+    rates = _rates(a, j)
     path, written = write_spec(j, Path(a.template))
     print(f"creditbench judge {j.label}: {', '.join(f'{m} vs {c}' for m, c in j.pairs())} on {j.task}; spec {path}")
     common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
-    probes = {size: _probe_args(str(path), j, size, a.results_dir, common, a.oracle) for size in j.sizes}
+    probes = {size: _probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates) for size in j.sizes}
     try:  # the cost first; what a probe or the sweep refuses (a task without references) stops here
         for args in probes.values():
             credit_probe.main([*args, "--dry_run"])
@@ -67,7 +73,7 @@ def main(argv: list[str]) -> int:
     if not a.per_update_only:
         sweep.main([str(path), *common])
     for size, args in probes.items():
-        done = (_probe_out(j, size, a.results_dir) / "updates.json").is_file()
+        done = _resumed(_probe_out(j, size, a.results_dir), rates.get(size))
         credit_probe.main([*args, "--report"] if done else args)  # with its records: only its report again
     _card(j, path, a.results_dir, probes)
     return 0
@@ -82,11 +88,12 @@ def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
 
     a = parser().parse_args(argv)
     j = _judged(a)
+    rates = _rates(a, j)
     path, _ = write_spec(j, Path(a.template))
     common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
     out = {}
     for size in j.sizes:
-        c = cost(credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common, a.oracle))[1])
+        c = cost(credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates))[1])
         out[size] = (c["core_s"], c["cap_core_s"])
     return out
 
@@ -109,14 +116,51 @@ def _judged(a):
     return judged(a.method, options, a.label, a.task, sizes, controls)
 
 
+def _rates(a, j) -> dict:
+    """``--rates``: each named size's own rates (bench.sweep.judge.size_rates checks them)."""
+    import yaml
+
+    from bench.errors import CreditBenchError
+    from bench.sweep.judge import size_rates
+
+    try:
+        raw = yaml.safe_load(a.rates) if a.rates else None
+    except yaml.YAMLError as e:
+        raise CreditBenchError(f"--rates is not YAML: {str(e).splitlines()[0]}") from None
+    return size_rates(raw, j.sizes, "--rates")
+
+
+def _resumed(out: Path, rates: dict | None) -> bool:
+    """Whether the probe at ``out`` has its records, at the rates asked for (a probe at other rates is
+    refused in one line rather than read as this one)."""
+    from bench.errors import CreditBenchError
+
+    path = out / "updates.json"
+    if not path.is_file():
+        return False
+    options = json.loads(path.read_text())["plan"]["options"]
+    if rates and (options["lrs"] != rates["lrs"] or options.get("trajectory_lr") != rates["lr"]):
+        held = options.get("trajectory_lr") or "each label's own rate"
+        raise CreditBenchError(
+            f"{out} holds a probe at other rates (arms at {options['lrs']}, trajectories at {held}): move it "
+            f"away to probe at the size's own (arms at {rates['lrs']}, trajectories at {rates['lr']})"
+        )
+    return True
+
+
 def _probe_out(j, size: str, results_dir: str) -> Path:
     """Where the probe at ``size`` writes: the sweep's probe folder at the first size, a folder per size else."""
     suffix = "" if size == j.sizes[0] else f"-{size}"
     return Path(results_dir) / "probes" / f"{j.name}{suffix}"
 
 
-def _probe_args(spec: str, j, size: str, results_dir: str, common: list[str], oracle: bool = False) -> list[str]:
+def _probe_args(
+    spec: str, j, size: str, results_dir: str, common: list[str], oracle: bool = False, rates: dict | None = None
+) -> list[str]:
     args = [spec, *common, "--out", str(_probe_out(j, size, results_dir))]
+    own = (rates or {}).get(size)
+    if own:  # the size's own rates: its trajectories' and its arms'
+        args += ["--lrs", ",".join(f"{x:g}" for x in own["lrs"]), "--trajectory_lr", f"{own['lr']:g}"]
     args += ["--placebo"] if "placebo" in j.controls else []
     args += ["--oracle"] if oracle else []
     return args + ([] if size == j.sizes[0] else ["--model", size])

@@ -68,7 +68,7 @@ def credit_table(argv: list[str]) -> int:
 
     from bench.cli import judge
     from bench.report import credit_table as ct
-    from bench.report import oracle
+    from bench.report import credit_todo, oracle
     from bench.script import write_outputs
 
     ap = ArgumentParser(
@@ -89,7 +89,7 @@ def credit_table(argv: list[str]) -> int:
     table, results = ct.load(definition), Path(a.results_dir)
     out = definition.parent
     if a.run or a.dry_run:
-        todo = ct.missing(table, results, a.upto, a.per_update_only)
+        todo = credit_todo.missing(table, results, a.upto, a.per_update_only)
         print(f"credit table: {len(todo)} of {len(table.rows)} rows to judge" + (" (dry run)" if a.dry_run else ""))
         first = cap = 0.0
         for _row, args in todo:

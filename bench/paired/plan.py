@@ -45,6 +45,10 @@ class ProbeOptions:
     pair, and one batch shared by every arm that draws the same rollouts)."""
     lrs: tuple[float, ...] = (1e-4, 2e-4)
     """Common learning rates: every arm updates at each (besides its tuned rate, when the sweep has one)."""
+    trajectory_lr: float | None = None
+    """The rate the reference trajectories train at (None: each reference label's own, its tuned rate or
+    the sweep's). A model in place of the sweep's is given its own size's rate here (the credit table's
+    ``rates``), since tiny-500k's rate is not a larger policy's."""
     placebo: bool = False
     """Also update each method's placebo, where the sweep lists one."""
     oracle: bool = False
@@ -89,6 +93,10 @@ class ProbeOptions:
             f"reference_seeds must list at least cap = {self.cap} distinct seeds, got {len(set(self.reference_seeds))}",
         )
         check(all(x > 0 for x in self.lrs), f"lrs must be learning rates > 0, got {list(self.lrs)}")
+        check(
+            self.trajectory_lr is None or self.trajectory_lr > 0,
+            f"trajectory_lr must be a learning rate > 0 (null: each label's own), got {self.trajectory_lr}",
+        )
         check(self.segment_steps >= 0 and self.segment_batches >= 0, "segment_steps and segment_batches must be >= 0")
         check(self.oracle_rollouts >= 1, f"oracle_rollouts must be >= 1, got {self.oracle_rollouts}")
         check(
@@ -187,14 +195,16 @@ def probe_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | 
     check(budget > 0, "the credit probe needs a sweep with a sample budget (budget: {samples: N})")
     tuned_here = spec.tune and tuning_path(results_dir, spec.name).is_file() and options.model is None
     tuned = {label: cfg.rl.lr for label, cfg in first.items()} if tuned_here else {}
-    labels = {x: first[x] for p in pairs for x in (p.method, p.control)}
+    labels = {x: _trajectory_rate(first[x], options.trajectory_lr) for p in pairs for x in (p.method, p.control)}
     rates = {x: sorted({*options.lrs, *([tuned[x]] if x in tuned else [])}) for x in labels}
     references = _trajectory_labels(pairs, first, options.reference, spec.name)
     if options.oracle:
         _add_oracles(pairs, labels, rates, tuned, references, options)
     if options.reference != "control":  # the named label's trajectory: its configuration is needed too
-        labels[options.reference] = first[options.reference]
+        labels[options.reference] = _trajectory_rate(first[options.reference], options.trajectory_lr)
     notes = [] if tuned else [f"no tuned rates for this model (results/{spec.name}/tuning.json): the common rates only"]
+    if options.trajectory_lr is not None:
+        notes.append(f"the reference trajectories train at lr {options.trajectory_lr:g} (trajectory_lr)")
     return ProbePlan(
         sweep=spec.name,
         labels=labels,
@@ -207,6 +217,12 @@ def probe_plan(spec_path: str | Path, options: ProbeOptions, results_dir: str | 
         notes=notes,
         credit_controls=dict(controls),
     )
+
+
+def _trajectory_rate(cfg: RunConfig, lr: float | None) -> RunConfig:
+    """``cfg`` whose run (a reference trajectory) trains at ``lr``, its schedule kept; None: as it is. The
+    arms take their own rates (:func:`_with_lr`), so only the trajectories see this one."""
+    return cfg if lr is None else dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, lr=lr))
 
 
 def _first_configs(runs: list, model: str | None) -> dict[str, RunConfig]:

@@ -8,8 +8,9 @@ The table's definition is a YAML file (``results/credit/table.yaml``): the task,
 outputs, ``results/credit/table.{md,json}``, are generated from the reports alone; README.md quotes
 the Markdown table through ``creditbench docs-tables``. ``end_to_end: false`` makes a table per update
 only (the control task's, ``results/credit/control.yaml``), ``template`` the spec whose design the
-judges take. ``--run`` runs each row's judge where its
-results are missing (each resumes from what it wrote), ``--dry_run`` prints each one's cost first.
+judges take, ``rates`` a size's own rates (size -> ``{lr, lrs}``: the probe's reference trajectories
+train at ``lr``, its arms update at ``lrs``, the cell sits at ``lr``; a size not named takes the
+template's). What ``--run`` runs where results are missing: bench.report.credit_todo.
 
 A cell is **resolved** (the table's target, one rule) where the comparison has a verdict (better,
 worse, equivalent) or its interval is within ±10% of the twin's gain either side, or within ±0.3
@@ -29,6 +30,7 @@ from bench.errors import CreditBenchError
 from bench.report import oracle
 from bench.script import md_table
 from bench.stats import format as fmt
+from bench.sweep.judge import size_rates
 
 DEFINITION = Path("results/credit/table.yaml")
 RELATIVE, ABSOLUTE, SMALL_GAIN = 0.10, 0.3, 3.0
@@ -68,6 +70,9 @@ class Table:
     oracle: bool = False
     """True: each judge's probes also run the twin's oracle (judge --oracle), so each row's share is
     measured on its own probe's batches; a probe report without oracle arms is then missing."""
+    rates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Size -> its own rates ``{lr, lrs}`` (bench.sweep.judge.size_rates), given to each judge (--rates); a
+    probe there at other rates is not the table's."""
 
 
 def load(path: Path = DEFINITION) -> Table:
@@ -76,7 +81,7 @@ def load(path: Path = DEFINITION) -> Table:
     if not path.is_file():
         raise CreditBenchError(f"the credit table's definition {path} not found")
     raw = yaml.safe_load(path.read_text()) or {}
-    keys = ("task", "sizes", "rows", "end_to_end", "template", "ceiling", "oracle")
+    keys = ("task", "sizes", "rows", "end_to_end", "template", "ceiling", "oracle", "rates")
     unknown = set(raw) - set(keys)
     if unknown:
         raise CreditBenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (valid: {', '.join(keys)})")
@@ -98,7 +103,8 @@ def load(path: Path = DEFINITION) -> Table:
     oracle = raw.get("oracle", False)
     if not isinstance(oracle, bool):
         raise CreditBenchError(f"{path}: oracle must be true or false, got {oracle!r}")
-    return Table(path.stem, task, sizes, tuple(rows), end_to_end, template, ceiling, oracle)
+    rates = size_rates(raw.get("rates"), sizes, f"{path}: rates")
+    return Table(path.stem, task, sizes, tuple(rows), end_to_end, template, ceiling, oracle, rates)
 
 
 def _row(entry: dict[str, Any], path: Path, task: str, sizes: tuple[str, ...], end_to_end: bool) -> Row:
@@ -147,10 +153,11 @@ def resolved(c: dict[str, Any]) -> bool:
     return half <= (ABSOLUTE if gain < SMALL_GAIN else RELATIVE * gain)
 
 
-def _cell(report: dict[str, Any], label: str, later: float | None = None) -> dict[str, Any] | None:
+def _cell(report: dict[str, Any], label: str, later: float | None = None, own: bool = False) -> dict[str, Any] | None:
     """The row's per-update cell from a probe's report: the comparison with its twin at the pair's tuned
     rate where the probe has one; else at ``later`` (the rate tuned for both arms after the probe ran) where
-    it is one of the probe's common rates; else at its lowest common rate. The words across rates by rule."""
+    it is one of the probe's common rates (``own``: the size's own rate); else at its lowest common rate. The
+    words across rates by rule."""
     twin = f"{label}-twin"
     comps = [c for c in report.get("comparisons", []) if (c["method"], c["control"]) == (label, twin)]
     if not comps:
@@ -159,7 +166,9 @@ def _cell(report: dict[str, Any], label: str, later: float | None = None) -> dic
     reading = next((r["rates"] for r in report.get("readings", []) if (r["method"], r["control"]) == (label, twin)), "")
     keep = ("setting", "lr_method", "mean", "lo", "hi", "verdict", "n", "gain_control", "relative", "mde")
     out = {k: at[k] for k in keep if k in at} | {"reading": reading, "resolved": resolved(at)}
-    return out | ({"tuned_later": True} if at.get("setting") != "tuned" and at["lr_method"] == later else {})
+    if at.get("setting") != "tuned" and at["lr_method"] == later:
+        out["size_rate" if own else "tuned_later"] = True
+    return out
 
 
 def _at(rows: list[dict[str, Any]], lr: str, later: float | None) -> dict[str, Any]:
@@ -192,6 +201,13 @@ def _share(reports: list[dict[str, Any]], label: str, later: float | None = None
     return None
 
 
+def probe_report(path: Path, rates: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The probe's report, where it is there and at the size's own rates (where the table gives them)."""
+    rep = json.loads(path.read_text()) if path.is_file() else None
+    o = (rep or {}).get("options") or {}
+    return None if rates and (o.get("lrs"), o.get("trajectory_lr")) != (rates["lrs"], rates["lr"]) else rep
+
+
 def _decision(report: dict[str, Any] | None, label: str) -> dict[str, Any] | None:
     from bench.report.card import _decision as decision
 
@@ -206,9 +222,9 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
         cells = {}
         for size in table.sizes:  # a rate tuned after the probe is the first size's (the sweep's model)
             later = tuned_later(row, results_dir) if size == table.sizes[0] else None
-            rep = probe_dir(row, size, table, results_dir) / "report.json"
-            own = json.loads(rep.read_text()) if rep.is_file() else None
-            cells[size] = _cell(own, row.label, later) if own else None
+            later = table.rates[size]["lr"] if size in table.rates else later
+            own = probe_report(probe_dir(row, size, table, results_dir) / "report.json", table.rates.get(size))
+            cells[size] = _cell(own, row.label, later, size in table.rates) if own else None
             ceiling = results_dir / table.ceiling[size] / "report.json" if size in table.ceiling else None
             reports = [
                 r for r in (own, json.loads(ceiling.read_text()) if ceiling and ceiling.is_file() else None) if r
@@ -258,6 +274,7 @@ def _update_text(c: dict[str, Any] | None) -> str:
     if not rel and "gain_control" in c:  # no share: the twin's own gain is not resolved above 0 here
         share = f", the twin gaining {c['gain_control']:+.2f} (not resolved above 0)"
     at = "tuned lr" if c.get("setting") == "tuned" or c.get("tuned_later") else "lr"
+    at = "the size's lr" if c.get("size_rate") else at
     text = f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{share} at {at} {c['lr_method']:g}: **{c['verdict']}**"
     if c["reading"]:
         text += f"; {c['reading']}"
@@ -297,7 +314,8 @@ def markdown(data: dict[str, Any]) -> str:
         "Per update: the method's gain in J after one update minus its twin's, from the same weights, optimizer "
         "state and batch (points of J [interval over reference trajectories]), at the pair's tuned rate where "
         "the probe has one or the rate tuned for both arms after it is one of its common rates, else its lowest "
-        "common rate; then the verdicts across the probe's rates, by rule (the interval is the repeated one, "
+        "common rate, and at a size with its own rates (its reference trajectories trained at the size's rate) "
+        "at the size's rate; then the verdicts across the probe's rates, by rule (the interval is the repeated one, "
         "simultaneous at alpha / m, so it can reach 0 where a test at Holm's recycled level decided). "
         + (
             "End to end: the paired difference in final pass@1 (points [repeated interval valid at the sequential "
@@ -336,46 +354,3 @@ def _cost_text(c: dict[str, float] | None, end: bool) -> list[str]:
             "(the sum of their runs' seconds, which a sweep's workers share)"
         )
     return ["", text + "."]
-
-
-def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: bool) -> list[str]:
-    """The ``creditbench judge`` arguments that make this row's missing results."""
-    args = [row.method, "--label", row.label, "--task", table.task, "--sizes", ",".join(sizes)]
-    if table.template != Table.template:
-        args += ["--template", table.template]
-    if row.options:
-        args += ["--options", yaml.safe_dump(row.options, default_flow_style=True).strip()]
-    if row.controls:
-        args += ["--controls", ",".join(row.controls)]
-    args += ["--oracle"] if table.oracle else []
-    return args + (["--per_update_only"] if per_update_only else [])
-
-
-def _probed(report: Path, oracle: bool) -> bool:
-    """Whether the probe's report is there (with oracle arms, where the table asks for them)."""
-    return report.is_file() and (not oracle or bool(json.loads(report.read_text()).get("oracle")))
-
-
-def missing(
-    table: Table, results_dir: Path = Path("results"), upto: str | None = None, per_update_only: bool = False
-) -> list[tuple[Row, list[str]]]:
-    """The judges still to run, each with its arguments: a row with a size it measures itself that has no
-    probe report yet, or without its sweep's report (a row that names its sweep runs per update only).
-    ``upto``: only the sizes up to this one (a judge's sizes stay a prefix of the row's: its first size
-    names its spec and folders); ``per_update_only``: no sweep. A judge resumes: its finished probes only
-    redo their reports, its sweep skips its finished runs."""
-    if upto is not None and upto not in table.sizes:
-        raise CreditBenchError(f"--upto {upto} is not one of the table's sizes ({', '.join(table.sizes)})")
-    out = []
-    for row in table.rows:
-        sizes = judge_sizes(row, table)
-        if upto is not None:
-            sizes = tuple(s for s in sizes if table.sizes.index(s) <= table.sizes.index(upto))
-        if not sizes:
-            continue
-        todo = [s for s in sizes if not _probed(probe_dir(row, s, table, results_dir) / "report.json", table.oracle)]
-        sweep = table.end_to_end and row.sweep is None and not per_update_only
-        need_sweep = sweep and not (sweep_dir(row, results_dir) / "report.json").is_file()
-        if todo or need_sweep:
-            out.append((row, judge_args(row, table, sizes, per_update_only=not sweep)))
-    return out

@@ -84,6 +84,33 @@ def judged(
     return Judged(method, options, label, task, tuple(sizes), controls)
 
 
+def size_rates(raw: Any, sizes: tuple[str, ...], where: str) -> dict[str, dict[str, Any]]:
+    """A size's own rates, checked in one line each: size -> ``{lr: R, lrs: [A, B]}``, where the probe at
+    that size trains its reference trajectories at ``lr`` and updates its arms at ``lrs`` (a size not named
+    takes the template's common rates and each label's own rate; tiny-500k's rates are not a larger
+    policy's)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise CreditBenchError(f"{where} must map a size to {{lr: R, lrs: [A, B]}}, got {raw!r}")
+    out = {}
+    for size, entry in raw.items():
+        if size not in sizes:
+            raise CreditBenchError(f"{where} names size {size!r}, not one of the sizes ({', '.join(sizes)})")
+        ok = isinstance(entry, dict) and set(entry) <= {"lr", "lrs", "tuned"} and {"lr", "lrs"} <= set(entry)
+        lrs = entry.get("lrs") if ok else None
+        rates = [entry["lr"], *lrs] if ok and isinstance(lrs, list) and lrs else []
+        if not rates or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in rates):
+            raise CreditBenchError(
+                f"{where}: {size} must be {{lr: R, lrs: [A, B]}} with rates > 0 (and may name the sweep it was "
+                f"tuned in: tuned), got {entry!r}"
+            )
+        out[str(size)] = {"lr": float(entry["lr"]), "lrs": [float(x) for x in lrs]} | (
+            {"tuned": str(entry["tuned"])} if "tuned" in entry else {}
+        )
+    return out
+
+
 def spec(j: Judged, template: Path = TEMPLATE) -> dict[str, Any]:
     """The sweep spec of ``j``: the template's design (:data:`KEPT`), ``j``'s method and controls, task and
     first size; the twin is the baseline of the secondary family (the method is compared with nothing

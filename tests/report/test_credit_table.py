@@ -12,7 +12,7 @@ import pytest
 
 from bench.errors import CreditBenchError
 from bench.report import credit_table as ct
-from bench.report import oracle
+from bench.report import credit_todo, oracle
 
 TWIN = {"method": "m", "control": "m-twin", "n": 8, "mde": 0.3}
 PROBE = {
@@ -164,23 +164,23 @@ def test_the_judges_still_to_run(tmp_path):
         "  - {method: grpo_lambda, sweep: flagship, probes: {tiny-500k: probes/flagship}}\n",
     )
     table, res = ct.load(path), tmp_path / "results"
-    todo = {row.label: args for row, args in ct.missing(table, res)}
+    todo = {row.label: args for row, args in credit_todo.missing(table, res)}
     assert todo["ibpo_diff"] == ["ibpo", "--label", "ibpo_diff", "--task", "chain", "--sizes", "tiny-500k,tiny-2m",
                                  "--options", "{mode: diff_credit}", "--controls", "twin"]  # fmt: skip
     assert todo["grpo_lambda"][-3:] == ["tiny-2m", "--controls", "twin", "--per_update_only"][-3:]
     assert "--per_update_only" in todo["grpo_lambda"] and "tiny-500k" not in " ".join(todo["grpo_lambda"])
     # up to the first size, per update only: the flagship row has nothing there; the other a prefix, no sweep
-    first = ct.missing(table, res, upto="tiny-500k", per_update_only=True)
+    first = credit_todo.missing(table, res, upto="tiny-500k", per_update_only=True)
     assert [(r.label, a[a.index("--sizes") + 1], a[-1]) for r, a in first] == [
         ("ibpo_diff", "tiny-500k", "--per_update_only")]  # fmt: skip
     with pytest.raises(CreditBenchError, match="--upto tiny-8m is not one of the table's sizes"):
-        ct.missing(table, res, upto="tiny-8m")
+        credit_todo.missing(table, res, upto="tiny-8m")
     _write(res / "probes" / "judge-grpo_lambda", PROBE)
     _write(res / "probes" / "judge-ibpo_diff", PROBE)
     _write(res / "probes" / "judge-ibpo_diff-tiny-2m", PROBE)
-    assert [r.label for r, _ in ct.missing(table, res)] == ["ibpo_diff"]  # its sweep still to run
+    assert [r.label for r, _ in credit_todo.missing(table, res)] == ["ibpo_diff"]  # its sweep still to run
     _write(res / "judge-ibpo_diff", SWEEP)
-    assert ct.missing(table, res) == []
+    assert credit_todo.missing(table, res) == []
 
 
 def test_a_table_that_asks_for_the_oracle_runs_it_in_every_judge_and_reruns_a_probe_without_it(tmp_path):
@@ -188,17 +188,52 @@ def test_a_table_that_asks_for_the_oracle_runs_it_in_every_judge_and_reruns_a_pr
     path = _definition(tmp_path, rows)
     path.write_text("oracle: true\n" + path.read_text())
     table, res = ct.load(path), tmp_path / "results"
-    todo = {row.label: args for row, args in ct.missing(table, res, per_update_only=True)}
+    todo = {row.label: args for row, args in credit_todo.missing(table, res, per_update_only=True)}
     assert todo["delta"][-2:] == ["--oracle", "--per_update_only"] and "--oracle" in todo["s_trace"]
     _write(res / "probes" / "judge-delta", PROBE)  # a probe made without the oracle: still to run
     _write(res / "probes" / "judge-delta-tiny-2m", {**PROBE, "oracle": [{"method": "delta"}]})
     _write(res / "probes" / "judge-s_trace", {**PROBE, "oracle": [{"method": "s_trace"}]})  # its first own size
-    assert [r.label for r, _ in ct.missing(table, res, per_update_only=True)] == ["delta"]
+    assert [r.label for r, _ in credit_todo.missing(table, res, per_update_only=True)] == ["delta"]
     _write(res / "probes" / "judge-delta", {**PROBE, "oracle": [{"method": "delta"}]})
-    assert ct.missing(table, res, per_update_only=True) == []
+    assert credit_todo.missing(table, res, per_update_only=True) == []
     path.write_text(path.read_text().replace("oracle: true", "oracle: yes please"))
     with pytest.raises(CreditBenchError, match="oracle must be true or false"):
         ct.load(path)
+
+
+def test_a_size_with_its_own_rates_gets_them_and_a_probe_at_other_rates_is_not_its(tmp_path):
+    """``rates``: the judge gets the size's rates (--rates), a probe made at other rates is still to run and
+    shows no cell, and the cell of one at the size's rates sits at the size's rate."""
+    path = _definition(tmp_path, "  - {method: s_trace, label: m}\n")
+    path.write_text("rates: {tiny-2m: {lr: 5.0e-5, lrs: [2.5e-5, 5.0e-5], tuned: rate-tiny-2m}}\n" + path.read_text())
+    table, res = ct.load(path), tmp_path / "results"
+    assert table.rates == {"tiny-2m": {"lr": 5e-5, "lrs": [2.5e-5, 5e-5], "tuned": "rate-tiny-2m"}}
+    ((_, args),) = credit_todo.missing(table, res)
+    assert args[-2:] == ["--rates", "{tiny-2m: {lr: 5.0e-05, lrs: [2.5e-05, 5.0e-05]}}"]
+
+    def at(lr: float) -> dict:
+        return {**TWIN, "setting": f"lr {lr:g}", "lr_method": lr, "mean": 0.02, "lo": -0.01, "hi": 0.05,
+                "verdict": "inconclusive", "gain_control": 0.3}  # fmt: skip
+
+    old = {"comparisons": [at(1e-4), at(2e-4)], "options": {"lrs": [1e-4, 2e-4], "trajectory_lr": None}}
+    _write(res / "probes" / "judge-m", PROBE)
+    _write(res / "probes" / "judge-m-tiny-2m", old)
+    assert [r.label for r, _ in credit_todo.missing(table, res, per_update_only=True)] == ["m"]
+    assert ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"] is None
+    own = {"comparisons": [at(2.5e-5), at(5e-5)], "options": {"lrs": [2.5e-5, 5e-5], "trajectory_lr": 5e-5}}
+    _write(res / "probes" / "judge-m-tiny-2m", own)
+    assert credit_todo.missing(table, res, per_update_only=True) == []
+    cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"]
+    assert cell["lr_method"] == 5e-5 and cell["size_rate"] and "tuned_later" not in cell
+    assert ct._update_text(cell).startswith(
+        "+0.02 [-0.01, +0.05], the twin gaining +0.30 (not resolved above 0) at the size's lr 5e-05: **inconclusive**"
+    )
+    for bad, match in [("{tiny-8m: {lr: 1.0e-4, lrs: [1.0e-4]}}", "rates names size 'tiny-8m', not one of"),
+                       ("{tiny-2m: {lr: 5e-5, lrs: [1.0e-4]}}", r"tiny-2m must be \{lr: R, lrs: \[A, B\]\} with"),
+                       ("{tiny-2m: {lr: 1.0e-4}}", "tiny-2m must be"), ("[1]", "rates must map a size")]:  # fmt: skip
+        path.write_text(f"rates: {bad}\n" + path.read_text().split("\n", 1)[1])
+        with pytest.raises(CreditBenchError, match=match):
+            ct.load(path)
 
 
 def test_a_table_per_update_only_runs_no_sweep_and_shows_no_end_to_end(tmp_path):
@@ -209,14 +244,14 @@ def test_a_table_per_update_only_runs_no_sweep_and_shows_no_end_to_end(tmp_path)
     )
     path.write_text("end_to_end: false\ntemplate: results/sweeps/embedded-control.yaml\n" + path.read_text())
     table, res = ct.load(path), tmp_path / "results"  # the row reading another probe needs no sweep here
-    assert ct.missing(table, res)[0][1] == [
+    assert credit_todo.missing(table, res)[0][1] == [
         "p_trace", "--label", "p-control", "--task", "chain", "--sizes", "tiny-500k",
         "--template", "results/sweeps/embedded-control.yaml", "--controls", "twin", "--per_update_only"]  # fmt: skip
     first = {**PROBE["comparisons"][0], "method": "p-control", "control": "p-control-twin"}
     _write(res / "probes" / "judge-p-control", {"comparisons": [first]})
     _write(res / "judge-p-control", SWEEP)  # a sweep of that name is not read
     data = ct.build(table, res)
-    assert ct.missing(table, res) == [] and data["rows"][0]["end_to_end"] is None
+    assert credit_todo.missing(table, res) == [] and data["rows"][0]["end_to_end"] is None
     md = ct.markdown(data)
     assert "| method | per update, tiny-500k |\n" in md and "End to end" not in md
     assert md.count(
@@ -291,7 +326,8 @@ def test_the_table_draws_each_sizes_credit_quality_as_a_scatter(tmp_path):
     shutil.copy("results/credit/table.yaml", definition)
     assert credit_table(["--credit", "--definition", str(definition), "--results_dir", "results"]) == 0
     data = json.loads((tmp_path / "credit" / "t.json").read_text())
-    assert [q["size"] for q in data["quality"]] == ["tiny-500k", "tiny-2m"]  # tiny-8m has no probe yet
+    measured = [s for s in data["sizes"] if any(r["per_update"][s] for r in data["rows"])]
+    assert [q["size"] for q in data["quality"]] == measured and measured[0] == "tiny-500k"  # a size with probes
     png = tmp_path / "credit" / "t-quality-tiny-500k.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](t-quality-tiny-500k.png)" in (tmp_path / "credit" / "t.md").read_text()

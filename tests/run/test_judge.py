@@ -82,6 +82,9 @@ def test_the_spec_keeps_the_templates_design(template):
         (["entropy_top", "--label", "a/b"], "--label must be letters"),
         (["entropy_top", "--sizes", ","], "--sizes needs at least one"),
         (["entropy_top", "--jobs", "0"], "--jobs must be >= 1"),
+        (["entropy_top", "--rates", "{a: [}"], "--rates is not YAML"),
+        (["entropy_top", "--rates", "{tiny-2m: {lr: 1.0e-4, lrs: [1.0e-4]}}"], "--rates names size 'tiny-2m'"),
+        (["entropy_top", "--rates", "{tiny-500k: {lr: 0, lrs: [1.0e-4]}}"], "--rates: tiny-500k must be"),
         (["entropy_top", "--template", "nope.yaml"], "--template nope.yaml not found"),
     ],
 )
@@ -110,6 +113,38 @@ def test_a_second_judge_resumes_and_other_settings_are_refused(template):
     assert path.read_text() == text  # not overwritten
     other, _ = write_spec(judged("delta", {"lam_min": 0.5}, label="delta-05"), template)
     assert other.name == "judge-delta-05.yaml"
+
+
+def test_a_sizes_own_rates_reach_its_probe_and_a_probe_at_other_rates_is_refused(template, tmp_path):
+    """``--rates``: the probe at that size trains its reference trajectories at the size's rate and updates
+    its arms at the size's rates; a size not named keeps the template's; resuming a probe made at other
+    rates is refused in one line."""
+    import json
+
+    from bench.cli import credit_probe
+
+    j = judged("grpo_lambda", sizes=("tiny-500k", "tiny-2m"))
+    path, _ = write_spec(j, template)
+    a = judge_cli.parser().parse_args(["grpo_lambda", "--sizes", "tiny-500k,tiny-2m", "--rates",
+                                       "{tiny-2m: {lr: 5.0e-5, lrs: [2.5e-5, 5.0e-5]}}"])  # fmt: skip
+    rates = judge_cli._rates(a, j)
+    args = {s: judge_cli._probe_args(str(path), j, s, str(tmp_path), [], rates=rates) for s in j.sizes}
+    assert args["tiny-2m"][-6:] == ["--lrs", "2.5e-05,5e-05", "--trajectory_lr", "5e-05", "--model", "tiny-2m"]
+    plan = credit_probe.planned(args["tiny-2m"])[1]
+    assert plan.options.trajectory_lr == 5e-5 and {x.rl.lr for x in plan.labels.values()} == {5e-5}
+    assert plan.rates == {"grpo_lambda": [2.5e-5, 5e-5], "grpo_lambda-twin": [2.5e-5, 5e-5]}
+    assert "the reference trajectories train at lr 5e-05 (trajectory_lr)" in plan.notes
+    first = credit_probe.planned(args["tiny-500k"])[1]  # not named: the template's rates, the label's own
+    assert first.options.trajectory_lr is None and {x.rl.lr for x in first.labels.values()} == {1e-4}
+    out = tmp_path / "probe"
+    assert not judge_cli._resumed(out, rates["tiny-2m"])
+    out.mkdir()
+    (out / "updates.json").write_text(json.dumps({"plan": {"options": {"lrs": [1e-4, 2e-4], "trajectory_lr": None}}}))
+    with pytest.raises(CreditBenchError, match="holds a probe at other rates .* move it away"):
+        judge_cli._resumed(out, rates["tiny-2m"])
+    assert judge_cli._resumed(out, None)  # no rates asked: its records are the probe's
+    (out / "updates.json").write_text(json.dumps({"plan": {"options": {"lrs": [2.5e-5, 5e-5], "trajectory_lr": 5e-5}}}))
+    assert judge_cli._resumed(out, rates["tiny-2m"])
 
 
 def test_the_specs_probe_design_is_the_probes_and_a_flag_overrides_it(template, capsys):
