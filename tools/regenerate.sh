@@ -61,13 +61,14 @@ step "design studies that read the committed probes and sweeps"
 python -m bench.studies.probe_design --probe results/probes/embedded
 python -m bench.studies.sequential_design --sims 2000
 if [ "$FROM" != tables ]; then
-  step "the credit table's judges per update at tiny-500k (each row's probe; the flagship's rows read its own)"
+  step "the credit table's judges at tiny-500k: each row's tuning and rounds, then its probe at the tuned rate"
   rm -rf results/probes/judge-* results/judge-*
-  creditbench table --credit --run --upto tiny-500k --per_update_only --jobs "$JOBS" > /dev/null
+  creditbench table --credit --run --upto tiny-500k --jobs "$JOBS" > /dev/null
   step "the control table's judges per update (arithmetic, tiny-500k)"
   creditbench table --credit --definition results/credit/control.yaml --run --jobs "$JOBS" > /dev/null
-  step "the credit table's end-to-end rounds at tiny-500k (each row's sweep, in rounds until decided)"
-  creditbench table --credit --run --upto tiny-500k --jobs "$JOBS" > /dev/null
+  step "the sizes' own rates (results/rate-*), then the credit table's probes at the larger sizes at them"
+  for spec in results/sweeps/rate-*.yaml; do rm -rf "results/$(basename "$spec" .yaml)"{,-tune}; creditbench sweep "$spec" --jobs "$JOBS" > /dev/null; done
+  creditbench table --credit --run --per_update_only --jobs "$JOBS" > /dev/null
 fi
 step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"
 creditbench table --credit > /dev/null

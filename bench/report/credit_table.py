@@ -201,6 +201,16 @@ def _share(reports: list[dict[str, Any]], label: str, later: float | None = None
     return None
 
 
+def _check_rates(table: Table, results_dir: Path) -> None:
+    """A size's rate that names its tuning (``tuned: SWEEP``) is the one that tuning chose for its pair."""
+    for size, r in table.rates.items():
+        path = results_dir / r.get("tuned", "") / "tuning.json"
+        chosen = {(x.get("chosen") or {}).get("lr") for x in json.loads(path.read_text())["labels"].values()} if (
+            "tuned" in r and path.is_file()) else {r["lr"]}  # fmt: skip
+        if chosen != {r["lr"]}:
+            raise CreditBenchError(f"rates: {size}'s lr {r['lr']:g} is not what {path} chose ({sorted(chosen)})")
+
+
 def probe_report(path: Path, rates: dict[str, Any] | None) -> dict[str, Any] | None:
     """The probe's report, where it is there and at the size's own rates (where the table gives them)."""
     rep = json.loads(path.read_text()) if path.is_file() else None
@@ -217,6 +227,7 @@ def _decision(report: dict[str, Any] | None, label: str) -> dict[str, Any] | Non
 def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
     """The table's data from the reports on disk: per row, a cell per size (None: not measured yet) and
     the end-to-end decision at the first size (None: not run yet)."""
+    _check_rates(table, results_dir)
     rows = []
     for row in table.rows:
         cells = {}

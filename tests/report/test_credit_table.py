@@ -228,6 +228,10 @@ def test_a_size_with_its_own_rates_gets_them_and_a_probe_at_other_rates_is_not_i
     assert ct._update_text(cell).startswith(
         "+0.02 [-0.01, +0.05], the twin gaining +0.30 (not resolved above 0) at the size's lr 5e-05: **inconclusive**"
     )
+    (res / "rate-tiny-2m").mkdir()  # the tuning it names chose another rate: refused in one line
+    (res / "rate-tiny-2m" / "tuning.json").write_text(json.dumps({"labels": {"m": {"chosen": {"lr": 1e-4}}}}))
+    with pytest.raises(CreditBenchError, match=r"tiny-2m.s lr 5e-05 is not what .*chose \(\[0.0001\]\)"):
+        ct.build(table, res)
     for bad, match in [("{tiny-8m: {lr: 1.0e-4, lrs: [1.0e-4]}}", "rates names size 'tiny-8m', not one of"),
                        ("{tiny-2m: {lr: 5e-5, lrs: [1.0e-4]}}", r"tiny-2m must be \{lr: R, lrs: \[A, B\]\} with"),
                        ("{tiny-2m: {lr: 1.0e-4}}", "tiny-2m must be"), ("[1]", "rates must map a size")]:  # fmt: skip
