@@ -241,7 +241,9 @@ class WarmStartConfig:
     max_steps: int = 3000
     """Upper bound on supervised steps."""
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float | None = None
+    """AdamW's rate; None: the size's own (bench.bases.warmstart.SIZE_LR: 1e-3 up to tiny-2m, 3e-4 at
+    tiny-8m, whose loss stays flat at 1e-3)."""
     warmup_steps: int = 50
     check_every: int = 25
     """Measure sampled accuracy on held-out train problems this often."""
@@ -259,6 +261,7 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         check(self.max_steps >= 1, f"warmstart.max_steps must be >= 1, got {self.max_steps}")
         check(self.check_every >= 1, f"warmstart.check_every must be >= 1, got {self.check_every}")
+        check(self.lr is None or self.lr > 0, f"warmstart.lr must be > 0 (null: the size's own), got {self.lr}")
         check(self.check_samples >= 1, f"warmstart.check_samples must be >= 1, got {self.check_samples}")
         check(0 < self.target_accuracy <= 1, f"warmstart.target_accuracy must be in (0, 1], got {self.target_accuracy}")
         check(0 <= self.tolerance < 1, f"warmstart.tolerance must be in [0, 1), got {self.tolerance}")
