@@ -242,7 +242,7 @@ class WarmStartConfig:
     """Upper bound on supervised steps."""
     batch_size: int = 64
     lr: float | None = None
-    """AdamW's rate; None: the size's own (bench.bases.warmstart.SIZE_LR: 1e-3 up to tiny-2m, 3e-4 at
+    """AdamW's rate; None: the size's own (bench.models.policy.SIZE_LR: 1e-3 up to tiny-2m, 3e-4 at
     tiny-8m, whose loss stays flat at 1e-3)."""
     warmup_steps: int = 50
     check_every: int = 25

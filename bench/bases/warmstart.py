@@ -36,7 +36,7 @@ from bench.engine.progress import duration
 from bench.engine.rollout import HFRolloutEngine
 from bench.engine.seeding import seeded
 from bench.errors import CreditBenchError
-from bench.models.policy import build_tiny, num_parameters
+from bench.models.policy import build_tiny, num_parameters, sized
 
 RECIPE_VERSION = "2"  # bump when a code change alters what the warm-start produces: it invalidates the cache
 CHECK_ROWS = 200  # held-out train rows used for the accuracy check (not trained on here)
@@ -140,18 +140,6 @@ def replay_window(checks: dict[int, float], target: float, tolerance: float) -> 
     if over is None:
         return None  # never reached (max_steps): the closest check is the base
     return range(steps[over - 1] if over else 1, steps[over] + 1)
-
-
-SIZE_LR = {"tiny-8m": 3e-4}
-"""The warm-start's rate where a size's is not 1e-3: tiny-8m's loss stays at 0.58 for 500 steps at 1e-3
-(check accuracy 0.10, where tiny-2m's left that plateau by step 575); its base is built at 3e-4."""
-
-
-def sized(cfg: WarmStartConfig, size: str) -> WarmStartConfig:
-    """``cfg`` with its rate resolved for ``size`` (:data:`SIZE_LR`, else 1e-3) where it gives none; the
-    resolved settings are the ones a base's key is made of, so tiny-500k's and tiny-2m's keys are those
-    of their pinned bases."""
-    return cfg if cfg.lr is not None else dataclasses.replace(cfg, lr=SIZE_LR.get(size, 1e-3))
 
 
 def base_dir(cache_dir: str, task_name: str, task: Task, size: str, cfg: WarmStartConfig) -> Path:

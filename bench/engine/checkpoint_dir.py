@@ -9,6 +9,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from bench.models.policy import sized
+
 
 def config_hash(cfg) -> str:
     """What makes two runs the same run: every field of the config but where things are written
@@ -37,6 +39,8 @@ def identity(cfg, tracking: tuple[str, ...]) -> dict:
     for key, before in LATER.items():
         if d["rl"].get(key) == before:
             d["rl"].pop(key)
+    if d["warmstart"]["lr"] is None and sized(cfg.warmstart, cfg.model.name).lr == 1e-3:
+        d["warmstart"]["lr"] = 1e-3  # null (the size's rate) since tiny-8m's; where it is 1e-3: the run it was
     if not d["method"].get("oracle", False):  # added later too: a run without the oracle is the run it was
         d["method"].pop("oracle", None)
         d["method"].pop("oracle_rollouts", None)
