@@ -134,12 +134,13 @@ def _resumed(out: Path, rates: dict | None) -> bool:
     """Whether the probe at ``out`` has its records, at the rates asked for (a probe at other rates is
     refused in one line rather than read as this one)."""
     from bench.errors import CreditBenchError
+    from bench.sweep.judge import at_rates
 
     path = out / "updates.json"
     if not path.is_file():
         return False
     options = json.loads(path.read_text())["plan"]["options"]
-    if rates and (options["lrs"] != rates["lrs"] or options.get("trajectory_lr") != rates["lr"]):
+    if not at_rates(options, rates):
         held = options.get("trajectory_lr") or "each label's own rate"
         raise CreditBenchError(
             f"{out} holds a probe at other rates (arms at {options['lrs']}, trajectories at {held}): move it "

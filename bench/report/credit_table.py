@@ -30,7 +30,7 @@ from bench.errors import CreditBenchError
 from bench.report import oracle
 from bench.script import md_table
 from bench.stats import format as fmt
-from bench.sweep.judge import size_rates
+from bench.sweep.judge import at_rates, size_rates
 
 DEFINITION = Path("results/credit/table.yaml")
 RELATIVE, ABSOLUTE, SMALL_GAIN = 0.10, 0.3, 3.0
@@ -214,8 +214,7 @@ def _check_rates(table: Table, results_dir: Path) -> None:
 def probe_report(path: Path, rates: dict[str, Any] | None) -> dict[str, Any] | None:
     """The probe's report, where it is there and at the size's own rates (where the table gives them)."""
     rep = json.loads(path.read_text()) if path.is_file() else None
-    o = (rep or {}).get("options") or {}
-    return None if rates and (o.get("lrs"), o.get("trajectory_lr")) != (rates["lrs"], rates["lr"]) else rep
+    return rep if rep is not None and at_rates(rep.get("options") or {}, rates) else None
 
 
 def _decision(report: dict[str, Any] | None, label: str) -> dict[str, Any] | None:

@@ -111,6 +111,12 @@ def size_rates(raw: Any, sizes: tuple[str, ...], where: str) -> dict[str, dict[s
     return out
 
 
+def at_rates(options: dict[str, Any], rates: dict[str, Any] | None) -> bool:
+    """Whether a probe made with ``options`` (its recorded ProbeOptions) is at a size's own ``rates``
+    (:func:`size_rates`; None: any probe is)."""
+    return not rates or (options.get("lrs"), options.get("trajectory_lr")) == (rates["lrs"], rates["lr"])
+
+
 def spec(j: Judged, template: Path = TEMPLATE) -> dict[str, Any]:
     """The sweep spec of ``j``: the template's design (:data:`KEPT`), ``j``'s method and controls, task and
     first size; the twin is the baseline of the secondary family (the method is compared with nothing
