@@ -36,7 +36,16 @@ if [ "$1 $2" = "show hostnames" ]; then printf '%s\\n' node-a node-b node-c; fi
 """,
     "ray": 'echo "ray $*" >> "$CALLS"',
     "hostname": 'echo "10.1.2.3 fe80::1"',
-    "waitnodes": 'echo "wait $*" >> "$CALLS"',
+    # as `creditbench slurm wait` does: return once $2 nodes have started Ray (here: once the stub ray has
+    # logged $2 starts), so the background `srun ray start` steps are never killed before they ran
+    "waitnodes": """
+echo "wait $*" >> "$CALLS"
+for _ in $(seq 600); do
+  [ "$(grep -c '^ray start' "$CALLS")" -ge "$2" ] && exit 0
+  sleep 0.05
+done
+exit 1
+""",
     "sweep": 'echo "sweep $*" >> "$CALLS"',
     # a sweep that runs until SIGINT, as a long sweep does when the time limit nears
     "longsweep": """
