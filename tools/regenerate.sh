@@ -68,6 +68,9 @@ if [ "$FROM" != tables ]; then
   creditbench table --credit --definition results/credit/control.yaml --run --jobs "$JOBS" > /dev/null
   step "the sizes' own rates (results/rate-*), then the credit table's probes at the larger sizes at them"
   for spec in results/sweeps/rate-*.yaml; do rm -rf "results/$(basename "$spec" .yaml)"{,-tune}; creditbench sweep "$spec" --jobs "$JOBS" > /dev/null; done
+  # GRPO-lambda's tiny-2m probe was made before the larger sizes stopped at resolution: its rounds ran to the cap
+  creditbench judge grpo_lambda --task chain --sizes tiny-500k,tiny-2m --controls twin --oracle --per_update_only \
+    --rates '{tiny-2m: {lr: 5.0e-05, lrs: [2.5e-05, 5.0e-05]}}' --jobs "$JOBS" > /dev/null
   creditbench table --credit --run --per_update_only --jobs "$JOBS" > /dev/null
 fi
 step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"

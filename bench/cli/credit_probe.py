@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.run.args import ArgumentParser
 
-USAGE = "credit-probe SPEC.yaml [--batches N --first N --cap N --lrs A,B --trajectory_lr R --jobs N --dry_run]"
+USAGE = "credit-probe SPEC.yaml [--batches N --first N --cap N --until resolved --lrs A,B --jobs N --dry_run]"
 HELP = "credit per update: each credit method vs its twin on the same batch, scored on J"
 
 
@@ -44,6 +44,8 @@ def parser() -> ArgumentParser:
     ap.add_argument("--first", type=int, default=d.first, help=f"trajectories in the first round (default {d.first})")
     ap.add_argument("--step", type=int, default=d.step, help=f"trajectories added per round (default {d.step})")
     ap.add_argument("--cap", type=int, default=d.cap, help=f"trajectories per pair at most (default {d.cap})")
+    ap.add_argument("--until", default=d.until, help="a pair's rounds stop once every comparison is decided "
+                    "(default), or decided or resolved (its interval within the credit table's target)")  # fmt: skip
     ap.add_argument("--spending", default=d.spending, help=f"alpha spending over the rounds (default {d.spending})")
     ap.add_argument("--alpha", type=float, default=d.alpha, help=f"family-wise error rate (default {d.alpha:g})")
     ap.add_argument("--margin", type=float, default=d.margin,

@@ -162,6 +162,7 @@ def _probe_args(
     own = (rates or {}).get(size)
     if own:  # the size's own rates: its trajectories' and its arms'
         args += ["--lrs", ",".join(f"{x:g}" for x in own["lrs"]), "--trajectory_lr", f"{own['lr']:g}"]
+        args += ["--until", own["until"]] if "until" in own else []
     args += ["--placebo"] if "placebo" in j.controls else []
     args += ["--oracle"] if oracle else []
     return args + ([] if size == j.sizes[0] else ["--model", size])

@@ -11,7 +11,7 @@ from typing import Any
 from bench.config import RunConfig
 from bench.core import check
 from bench.errors import CreditBenchError
-from bench.sweep.schedule import SequentialSpec
+from bench.sweep.schedule import UNTIL, SequentialSpec
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,10 @@ class ProbeOptions:
     """Trajectories added per round to the pairs with a comparison still undecided."""
     cap: int = 12
     """The most trajectories a pair gets."""
+    until: str = "decided"
+    """When a pair stops taking rounds: ``decided`` (every comparison crossed a boundary, or the cap), or
+    ``resolved`` (every comparison decided or its repeated interval within the credit table's target:
+    bench.report.per_update.within_target). The repeated intervals keep their coverage at any stop."""
     spending: str = "obf"
     """Alpha spending over the rounds' looks (bench.stats.spending): obf or pocock."""
     alpha: float = 0.05
@@ -85,6 +89,7 @@ class ProbeOptions:
               f"got {self.first}")  # fmt: skip
         check(self.step >= 1, f"step must be >= 1 trajectory, got {self.step}")
         check(self.cap >= self.first, f"cap must be >= first ({self.first}), got {self.cap}")
+        check(self.until in UNTIL, f"until must be one of {', '.join(UNTIL)}, got {self.until!r}")
         check(self.spending in SPENDING, f"spending must be one of {', '.join(SPENDING)}, got {self.spending!r}")
         check(0 < self.alpha < 1, f"alpha must be in (0, 1), got {self.alpha}")
         check(self.margin > 0, f"margin must be > 0 (a fraction of the control's gain), got {self.margin}")

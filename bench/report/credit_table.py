@@ -13,8 +13,10 @@ train at ``lr``, its arms update at ``lrs``, the cell sits at ``lr``; a size not
 template's). What ``--run`` runs where results are missing: bench.report.credit_todo.
 
 A cell is **resolved** (the table's target, one rule) where the comparison has a verdict (better,
-worse, equivalent) or its interval is within ±10% of the twin's gain either side, or within ±0.3
-points of J where the twin gains less than 3 points; otherwise the cell says "not resolved".
+worse, equivalent) or its interval is within the target (bench.report.per_update.within_target: ±10%
+of the twin's gain either side, or ±0.3 points of J where the twin gains less than 3 points); otherwise
+the cell says "not resolved". A size whose ``rates`` say ``until: resolved`` has its probes stop a pair's
+rounds there (the probe's option ``until``).
 """
 
 from __future__ import annotations
@@ -28,14 +30,12 @@ import yaml
 
 from bench.errors import CreditBenchError
 from bench.report import oracle
+from bench.report.per_update import within_target
 from bench.script import md_table
 from bench.stats import format as fmt
 from bench.sweep.judge import at_rates, size_rates
 
 DEFINITION = Path("results/credit/table.yaml")
-RELATIVE, ABSOLUTE, SMALL_GAIN = 0.10, 0.3, 3.0
-"""A cell is resolved with an interval of half-width at most RELATIVE of the twin's gain, or ABSOLUTE
-points of J where the twin gains less than SMALL_GAIN points."""
 
 
 @dataclass(frozen=True)
@@ -148,9 +148,7 @@ def resolved(c: dict[str, Any]) -> bool:
     """The table's rule (module docstring) for one comparison of the probe's report."""
     if c.get("verdict", "").split(" ")[0] in ("better", "worse", "equivalent"):
         return True
-    half = (c["hi"] - c["lo"]) / 2
-    gain = abs(c.get("gain_control") or 0.0)
-    return half <= (ABSOLUTE if gain < SMALL_GAIN else RELATIVE * gain)
+    return within_target(c["lo"], c["hi"], c.get("gain_control") or 0.0)
 
 
 def _cell(report: dict[str, Any], label: str, later: float | None = None, own: bool = False) -> dict[str, Any] | None:

@@ -22,6 +22,12 @@ alpha / m), and the ratio to the control's gain is Fieller's interval at the sam
 only where the control's gain is resolved above 0 (bench.stats.ratio). Per phase, the differences across
 trajectories are conditional detail (95%, unadjusted). The MDE is the paired one of bench.stats.power.mde
 at the trajectories used, Bonferroni over the family. The words come from the rules of bench.stats.words.
+
+A comparison is **within the target** (the credit table's, one rule: :func:`within_target`) where its
+repeated interval's half-width is at most ``RELATIVE`` of the control's gain, or ``ABSOLUTE`` points of J
+where the control gains less than ``SMALL_GAIN`` points. A probe with ``until: resolved`` stops a pair's
+rounds once each of its comparisons is decided or within the target; one stopped undecided says
+``undecided (resolved)`` (its repeated interval is valid at any stop, so it is the one printed).
 """
 
 from __future__ import annotations
@@ -42,8 +48,33 @@ from bench.stats import words
 from bench.stats.paired import summarize
 from bench.stats.power import mde
 from bench.stats.ratio import fieller
-from bench.stats.verdict import Outcome
+from bench.stats.verdict import Outcome, Verdict
 from bench.sweep.schedule import SequentialSpec
+
+RELATIVE, ABSOLUTE, SMALL_GAIN = 0.10, 0.3, 3.0
+"""Within the target: a half-width of at most RELATIVE of the control's gain, or ABSOLUTE points of J where
+the control gains less than SMALL_GAIN points."""
+
+
+def within_target(lo: float, hi: float, gain: float) -> bool:
+    """The rule of the module docstring for a comparison's interval [lo, hi] and its control's gain."""
+    gain = abs(gain)
+    return (hi - lo) / 2 <= (ABSOLUTE if gain < SMALL_GAIN else RELATIVE * gain)
+
+
+def _stopped(d, gain: float, until: str) -> bool:
+    """Whether an open decision ``d`` is one a probe with ``until`` stops (undecided, within the target)."""
+    return (
+        until == "resolved"
+        and d.verdict.outcome is Outcome.OPEN
+        and d.lo is not None
+        and within_target(d.lo, d.hi, gain)
+    )
+
+
+def _gain(cell: dict[str, Any], n: int) -> float:
+    """The control's mean gain over a cell's first ``n`` trajectories."""
+    return float(np.mean(list(cell["series"]["control"].values())[:n]))
 
 
 def _schedule(options: dict[str, Any]) -> SequentialSpec:
@@ -99,11 +130,13 @@ def needs(probe: dict[str, Any]) -> dict[str, int]:
     still open, what it has for the others."""
     plan = probe["plan"]
     schedule = _schedule(plan["options"])
-    pair_of = {c["name"]: c["pair"] for c in _cells(probe)}
+    until = plan["options"].get("until", "decided")
+    cells = {c["name"]: c for c in _cells(probe)}
     out: dict[str, int] = {}
     for d in [*family(probe).decisions, *(family(probe, ceiling=True).decisions if _has_oracle(plan) else [])]:
-        ref = plan["references"][pair_of[d.name]["method"]]
-        n = schedule.next_look(d.seeds) if d.verdict.outcome is Outcome.OPEN else d.seeds
+        ref = plan["references"][cells[d.name]["pair"]["method"]]
+        more = d.verdict.outcome is Outcome.OPEN and not _stopped(d, _gain(cells[d.name], d.seeds), until)
+        n = schedule.next_look(d.seeds) if more else d.seeds
         out[ref] = max(out.get(ref, 0), n)
     return out
 
@@ -124,11 +157,15 @@ def comparisons(probe: dict[str, Any], power: float = 0.8) -> list[dict[str, Any
         s = summarize(x) if len(x) >= 2 else None
         q = d.critical if d.critical is not None else math.inf  # the decision's repeated interval (alpha / m)
         p = cell["pair"]
+        verdict, why = str(d.verdict), d.why
+        if _stopped(d, float(g.mean()), o.get("until", "decided")):
+            verdict = str(Verdict(Outcome.RESOLVED))
+            why = f"stopped at {len(x)} trajectories, its repeated interval within the target (until: resolved)"
         row = {"setting": cell["setting"], **p, "comparison": cell["name"], "lr_method": cell["rates"][0],
                "lr_control": cell["rates"][1], "gain_method": float(gm.mean()), "gain_control": float(g.mean()),
                "mean": float(x.mean()), "se": s.se if s else math.inf, "df": s.df if s else 0, "n": len(x),
                "batches": sum(1 for u in cell["diffs"] if u.seed in seeds), "critical": q,
-               "verdict": str(d.verdict), "look": d.look, "why": d.why}  # fmt: skip
+               "verdict": verdict, "look": d.look, "why": why}  # fmt: skip
         half = q * row["se"] if s else math.inf
         row["lo"], row["hi"] = (d.lo, d.hi) if d.lo is not None else (-math.inf, math.inf)
         row["p"] = s.p() if s else 1.0

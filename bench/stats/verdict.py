@@ -5,7 +5,9 @@ The rule, first match: a difference significant after multiplicity (Holm, or a g
 boundary) is ``better`` or ``worse`` by its sign, "within ±m" when an equivalence test (TOST) also
 bounds it inside the margin m (real, but smaller than what matters); else an equivalence is
 ``equivalent (±m)``; else it is ``inconclusive`` -- in a sequential design ``open`` while it awaits
-its next look's seeds, ``inconclusive at the cap`` after the last.
+its next look's seeds, ``inconclusive at the cap`` after the last, and ``undecided (resolved)`` where a
+design that stops once its intervals are narrow enough (the credit probe's ``until: resolved``) stopped it
+undecided with its repeated interval within that design's target.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Outcome(enum.Enum):
     INCONCLUSIVE = "inconclusive"
     OPEN = "open"
     AT_CAP = "inconclusive at the cap"
+    RESOLVED = "undecided (resolved)"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import yaml
 from bench.errors import CreditBenchError
 from bench.options import build_config
 from bench.registry import METHODS
+from bench.sweep.schedule import UNTIL
 
 TEMPLATE = Path("results/sweeps/embedded.yaml")
 KEPT = ("base", "budget", "overrides", "eval", "tune", "sequential", "seeds", "threads", "analysis", "credit_probe")
@@ -88,7 +89,8 @@ def size_rates(raw: Any, sizes: tuple[str, ...], where: str) -> dict[str, dict[s
     """A size's own rates, checked in one line each: size -> ``{lr: R, lrs: [A, B]}``, where the probe at
     that size trains its reference trajectories at ``lr`` and updates its arms at ``lrs`` (a size not named
     takes the template's common rates and each label's own rate; tiny-500k's rates are not a larger
-    policy's)."""
+    policy's); ``until: resolved`` stops its probe's rounds once each comparison is resolved (the probe's
+    option ``until``), ``tuned`` names the sweep that tuned ``lr``."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -97,24 +99,30 @@ def size_rates(raw: Any, sizes: tuple[str, ...], where: str) -> dict[str, dict[s
     for size, entry in raw.items():
         if size not in sizes:
             raise CreditBenchError(f"{where} names size {size!r}, not one of the sizes ({', '.join(sizes)})")
-        ok = isinstance(entry, dict) and set(entry) <= {"lr", "lrs", "tuned"} and {"lr", "lrs"} <= set(entry)
+        ok = isinstance(entry, dict) and set(entry) <= {"lr", "lrs", "tuned", "until"} and {"lr", "lrs"} <= set(entry)
         lrs = entry.get("lrs") if ok else None
         rates = [entry["lr"], *lrs] if ok and isinstance(lrs, list) and lrs else []
         if not rates or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in rates):
             raise CreditBenchError(
                 f"{where}: {size} must be {{lr: R, lrs: [A, B]}} with rates > 0 (and may name the sweep it was "
-                f"tuned in: tuned), got {entry!r}"
+                f"tuned in: tuned, and until: resolved), got {entry!r}"
             )
-        out[str(size)] = {"lr": float(entry["lr"]), "lrs": [float(x) for x in lrs]} | (
-            {"tuned": str(entry["tuned"])} if "tuned" in entry else {}
-        )
+        if entry.get("until", "decided") not in UNTIL:
+            raise CreditBenchError(f"{where}: {size}'s until must be one of {', '.join(UNTIL)}, got {entry['until']!r}")
+        out[str(size)] = {"lr": float(entry["lr"]), "lrs": [float(x) for x in lrs]} | {
+            k: str(entry[k]) for k in ("tuned", "until") if k in entry
+        }
     return out
 
 
 def at_rates(options: dict[str, Any], rates: dict[str, Any] | None) -> bool:
     """Whether a probe made with ``options`` (its recorded ProbeOptions) is at a size's own ``rates``
-    (:func:`size_rates`; None: any probe is)."""
-    return not rates or (options.get("lrs"), options.get("trajectory_lr")) == (rates["lrs"], rates["lr"])
+    (:func:`size_rates`; None: any probe is). A probe that ran its rounds until decided holds one that stops
+    once resolved (more rounds, the same design); not the reverse."""
+    if not rates:
+        return True
+    fewer = options.get("until", "decided") == "resolved" and rates.get("until", "decided") == "decided"
+    return not fewer and (options.get("lrs"), options.get("trajectory_lr")) == (rates["lrs"], rates["lr"])
 
 
 def spec(j: Judged, template: Path = TEMPLATE) -> dict[str, Any]:

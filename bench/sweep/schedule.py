@@ -12,6 +12,11 @@ from bench.core import check
 from bench.stats.paired import MIN_SEEDS
 from bench.stats.spending import SPENDING
 
+UNTIL = ("decided", "resolved")
+"""When a design in rounds stops adding seeds to a comparison: once it is ``decided`` (a boundary crossed,
+or the cap), or once it is decided or ``resolved`` (its repeated interval narrow enough; the credit
+probe's ``until``, bench.report.per_update.within_target)."""
+
 
 @dataclass
 class Budget:
