@@ -142,9 +142,11 @@ def _resumed(out: Path, rates: dict | None) -> bool:
     options = json.loads(path.read_text())["plan"]["options"]
     if not at_rates(options, rates):
         held = options.get("trajectory_lr") or "each label's own rate"
+        until = lambda o: o.get("until", "decided")  # noqa: E731
         raise CreditBenchError(
-            f"{out} holds a probe at other rates (arms at {options['lrs']}, trajectories at {held}): move it "
-            f"away to probe at the size's own (arms at {rates['lrs']}, trajectories at {rates['lr']})"
+            f"{out} holds a probe at other rates (arms at {options['lrs']}, trajectories at {held}, rounds until "
+            f"{until(options)}): move it away to probe at the size's own (arms at {rates['lrs']}, trajectories "
+            f"at {rates['lr']}, rounds until {until(rates)})"
         )
     return True
 

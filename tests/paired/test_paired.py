@@ -224,18 +224,18 @@ def test_bad_options_are_one_line(spec, tmp_path, capsys, args, message):
     assert message in err and len(err.splitlines()) == 1
 
 
-def _records(effects: dict[float, list[float]]) -> dict:
+def _records(effects: dict[float, list[float]], gain: float = 10.0, until: str | None = None) -> dict:
     """A probe's records: one pair ("m" vs its twin "c") at each rate, one trajectory per listed effect
     (seeds 0, 1, ...), one checkpoint, two batches whose differences are effect -+ 0.1; the control gains
-    10 points per update."""
+    ``gain`` points per update (``until``: the probe's option, absent in records made before it)."""
     updates = []
     for lr, per_seed in effects.items():
         for seed, e in enumerate(per_seed):
             for b, noise in enumerate((0.1, -0.1)):
                 unit = {"reference": "c", "seed": seed, "phase": 1.0, "batch": b, "lr": lr}
-                updates += [{**unit, "label": "c", "dj": 10.0}, {**unit, "label": "m", "dj": 10.0 + e + noise}]
+                updates += [{**unit, "label": "c", "dj": gain}, {**unit, "label": "m", "dj": gain + e + noise}]
     options = {"lrs": list(effects), "reference_seeds": list(range(12)), "first": 3, "step": 2, "cap": 7,
-               "spending": "obf", "alpha": 0.05, "margin": 0.10}  # fmt: skip
+               "spending": "obf", "alpha": 0.05, "margin": 0.10} | ({"until": until} if until else {})  # fmt: skip
     plan = {"pairs": [{"method": "m", "control": "c", "kind": "twin"}], "options": options, "tuned": {},
             "references": {"m": "c"}}  # fmt: skip
     return {"plan": plan, "updates": updates}
@@ -256,6 +256,38 @@ def test_trajectories_are_added_while_a_comparison_is_open():
     done = _records({1e-4: [5.0, 5.1, 4.9], 2e-4: [0.01, -0.01, 0.0]})
     assert needs(done) == {"c": 3}
     assert {r["verdict"] for r in comparisons(done)} == {"better", "equivalent (±10% of the control's)"}
+
+
+@pytest.mark.parametrize(
+    "gain, effects, half",
+    [
+        # the control gains 1 point (< 3): the target is +-0.3 points. Three trajectories 0.215, 0.2, 0.185:
+        # SE 0.015 / sqrt 3 = 0.00866, the first look's repeated critical value 28.43 (O'Brien-Fleming over
+        # looks 3, 5, 7 at alpha 0.05, t with 2 df): half-width 0.246 <= 0.3; t = 23.1 crosses no boundary
+        (1.0, [0.215, 0.2, 0.185], 0.2462),
+        # the control gains 10 points: the target is 10% of it, +-1 point. 0.96, 0.9, 0.84: SE 0.0346,
+        # half-width 0.985 <= 1; t = 26.0 < 28.43, and 0.9 is too near the margin (1) to be shown inside it
+        (10.0, [0.96, 0.9, 0.84], 0.9848),
+    ],
+)
+def test_a_probe_until_resolved_stops_a_pair_whose_interval_is_within_the_target(gain, effects, half):
+    """``until: resolved``: an undecided comparison whose repeated interval is within the credit table's
+    target takes no more trajectories and says so; ``until: decided`` (and a record made before the option)
+    asks for the next look's."""
+    from bench.report.credit_table import resolved
+    from bench.report.per_update import comparisons, needs, within_target
+
+    for until in (None, "decided"):
+        assert needs(_records({1e-4: effects}, gain, until)) == {"c": 5}
+        assert comparisons(_records({1e-4: effects}, gain, until))[0]["verdict"] == "open"
+    stopped = _records({1e-4: effects}, gain, "resolved")
+    assert needs(stopped) == {"c": 3}
+    (row,) = comparisons(stopped)
+    assert row["verdict"] == "undecided (resolved)" and row["why"].startswith("stopped at 3 trajectories")
+    assert abs((row["hi"] - row["lo"]) / 2 - half) < 1e-3 and within_target(row["lo"], row["hi"], gain)
+    assert row["lo"] < 0 < row["hi"] and resolved(row)  # the table's cell reads it by the same rule
+    wider = [0.2 + 1.5 * (e - 0.2) for e in effects] if gain == 1.0 else [0.9 + 1.5 * (e - 0.9) for e in effects]
+    assert needs(_records({1e-4: wider}, gain, "resolved")) == {"c": 5}  # 1.5x the half-width: beyond it
 
 
 def test_the_sweep_prints_its_probe_cost(spec, tmp_path, capsys):

@@ -85,6 +85,10 @@ def test_the_spec_keeps_the_templates_design(template):
         (["entropy_top", "--rates", "{a: [}"], "--rates is not YAML"),
         (["entropy_top", "--rates", "{tiny-2m: {lr: 1.0e-4, lrs: [1.0e-4]}}"], "--rates names size 'tiny-2m'"),
         (["entropy_top", "--rates", "{tiny-500k: {lr: 0, lrs: [1.0e-4]}}"], "--rates: tiny-500k must be"),
+        (
+            ["entropy_top", "--rates", "{tiny-500k: {lr: 1.0e-4, lrs: [1.0e-4], until: done}}"],
+            "--rates: tiny-500k's until must be one of decided, resolved, got 'done'",
+        ),
         (["entropy_top", "--template", "nope.yaml"], "--template nope.yaml not found"),
     ],
 )
@@ -145,6 +149,19 @@ def test_a_sizes_own_rates_reach_its_probe_and_a_probe_at_other_rates_is_refused
     assert judge_cli._resumed(out, None)  # no rates asked: its records are the probe's
     (out / "updates.json").write_text(json.dumps({"plan": {"options": {"lrs": [2.5e-5, 5e-5], "trajectory_lr": 5e-5}}}))
     assert judge_cli._resumed(out, rates["tiny-2m"])
+    # until: resolved reaches the probe; a probe run until decided holds it (more rounds), not the reverse
+    a = judge_cli.parser().parse_args(["grpo_lambda", "--sizes", "tiny-500k,tiny-2m", "--rates",
+                                       "{tiny-2m: {lr: 5.0e-5, lrs: [2.5e-5, 5.0e-5], until: resolved}}"])  # fmt: skip
+    stopping = judge_cli._rates(a, j)
+    args = judge_cli._probe_args(str(path), j, "tiny-2m", str(tmp_path), [], rates=stopping)
+    assert args[-4:] == ["--until", "resolved", "--model", "tiny-2m"]
+    assert credit_probe.planned(args)[1].options.until == "resolved"
+    assert judge_cli._resumed(out, stopping["tiny-2m"])
+    early = {"lrs": [2.5e-5, 5e-5], "trajectory_lr": 5e-5, "until": "resolved"}
+    (out / "updates.json").write_text(json.dumps({"plan": {"options": early}}))
+    assert judge_cli._resumed(out, stopping["tiny-2m"])
+    with pytest.raises(CreditBenchError, match="holds a probe at other rates"):
+        judge_cli._resumed(out, rates["tiny-2m"])
 
 
 def test_the_specs_probe_design_is_the_probes_and_a_flag_overrides_it(template, capsys):
