@@ -278,7 +278,7 @@ def _update_text(c: dict[str, Any] | None) -> str:
     if c is None:
         return "not measured yet"
     rel = c.get("relative") or {}
-    share = f", {100 * rel['mean']:+.0f}% of the twin's gain" if rel else ""
+    share = f", {fmt.rounded(100 * rel['mean'], 0, signed=True)}% of the twin's gain" if rel else ""
     if not rel and "gain_control" in c:  # no share: the twin's own gain is not resolved above 0 here
         share = f", the twin gaining {c['gain_control']:+.2f} (not resolved above 0)"
     at = "tuned lr" if c.get("setting") == "tuned" or c.get("tuned_later") else "lr"

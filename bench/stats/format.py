@@ -23,10 +23,12 @@ def interval(value: float | None, lo: float | None, hi: float | None, spec: str 
 
 
 def percent(ratio: dict[str, float] | None) -> str:
-    """A ratio with its interval ({"mean", "lo", "hi"}) in signed whole percent, "+25% [+5, +60]"; "–" without one."""
+    """A ratio with its interval ({"mean", "lo", "hi"}) in signed whole percent, "+25% [+5, +60]" (one that
+    rounds to 0 is "+0", never "-0"); "–" without one."""
     if not ratio:
         return DASH
-    return f"{100 * ratio['mean']:+.0f}% [{100 * ratio['lo']:+.0f}, {100 * ratio['hi']:+.0f}]"
+    mean, lo, hi = (rounded(100 * ratio[k], 0, signed=True) for k in ("mean", "lo", "hi"))
+    return f"{mean}% [{lo}, {hi}]"
 
 
 def with_se(value: float | None, se: float | None, spec: str = ".3f") -> str:

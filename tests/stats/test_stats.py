@@ -63,6 +63,7 @@ def test_the_formatters():
     assert fmt.interval(0.5, 0.25, None) == "0.500" and fmt.interval(None, 1, 2) == "–"
     assert fmt.interval(0.1, -0.2, 0.3, "+.2f") == "+0.10 [-0.20, +0.30]"
     assert fmt.percent({"mean": 0.25, "lo": 0.05, "hi": 1.6}) == "+25% [+5, +160]" and fmt.percent(None) == "–"
+    assert fmt.percent({"mean": -0.002, "lo": -0.39, "hi": 0.61}) == "+0% [-39, +61]"  # never "-0%"
     assert [fmt.p_value(p) for p in (None, 0.0004, 0.0123)] == ["–", "<0.001", "0.012"]
     assert fmt.seed_span([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
 
