@@ -274,6 +274,13 @@ def _cost(table: Table, results_dir: Path) -> dict[str, float]:
     return {k: round(v, 1) for k, v in out.items()}
 
 
+def rate(c: dict[str, Any]) -> str:
+    """The rate a cell sits at, in words: ``tuned lr R`` (the pair's tuned rate), ``the size's lr R``, or ``lr R``."""
+    at = "tuned lr" if c.get("setting") == "tuned" or c.get("tuned_later") else "lr"
+    at = "the size's lr" if c.get("size_rate") else at
+    return f"{at} {c['lr_method']:g}"
+
+
 def _update_text(c: dict[str, Any] | None) -> str:
     if c is None:
         return "not measured yet"
@@ -281,9 +288,7 @@ def _update_text(c: dict[str, Any] | None) -> str:
     share = f", {fmt.rounded(100 * rel['mean'], 0, signed=True)}% of the twin's gain" if rel else ""
     if not rel and "gain_control" in c:  # no share: the twin's own gain is not resolved above 0 here
         share = f", the twin gaining {c['gain_control']:+.2f} (not resolved above 0)"
-    at = "tuned lr" if c.get("setting") == "tuned" or c.get("tuned_later") else "lr"
-    at = "the size's lr" if c.get("size_rate") else at
-    text = f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{share} at {at} {c['lr_method']:g}: **{c['verdict']}**"
+    text = f"{c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{share} at {rate(c)}: **{c['verdict']}**"
     if c["reading"]:
         text += f"; {c['reading']}"
     text += "" if c["resolved"] else " (not resolved)"

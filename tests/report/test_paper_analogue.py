@@ -149,6 +149,21 @@ def test_selective_traces_analogue_names_both_comparisons(tmp_path):
     assert cells[6] == (
         "tiny-500k, lr 0.0001: -0.43 [-0.74, -0.11] worse; tiny-2m, lr 0.0001: -0.43 [-0.74, -0.11] worse"
     )  # the lowest rate: no tuned setting
+    # with the credit table's row for s_trace, its cells at every size it measured, each at the table's rate
+    cell = {"lr_method": 1e-4, "mean": -0.43, "lo": -0.74, "hi": -0.11, "verdict": "worse"}
+    table = {"rows": [{"label": "s_trace", "per_update": {
+        "tiny-500k": {**cell, "setting": "tuned", "lr_method": 2e-4},
+        "tiny-2m": {**cell, "setting": "lr 5e-05", "lr_method": 5e-5, "mean": 0.0, "lo": -0.02, "hi": 0.02,
+                    "verdict": "undecided (resolved)", "size_rate": True},
+        "tiny-8m": None}}]}  # fmt: skip
+    (tmp_path / "credit").mkdir()
+    (tmp_path / "credit" / "table.json").write_text(json.dumps(table))
+    out = papers.table("selective_traces", results_dir=tmp_path)
+    assert _table_row(out, "`s_trace` vs `s_trace-twin`")[6] == (
+        "tiny-500k, tuned lr 0.0002: -0.43 [-0.74, -0.11] worse; "
+        "tiny-2m, the size's lr 5e-05: +0.00 [-0.02, +0.02] undecided (resolved)"
+    )
+    assert _table_row(out, "`p_trace` vs `p_trace-twin`")[6] == "-"  # no row in the table, no probe of the pair
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ import yaml
 
 from bench.errors import CreditBenchError
 from bench.report.comparisons import where
+from bench.report.credit_table import rate
 from bench.report.inference import row_pairs
 from bench.report.papers.data import METRIC_PATTERN, UNITS, Paper, PaperResult
 from bench.stats import format as fmt
@@ -279,11 +280,20 @@ def _analogue_cells(found: Found, paper_sign: int) -> list[str]:
     ]
 
 
-def per_update(probes: dict[str, dict], claim: Claim) -> str:
-    """``claim``'s comparison per update in each probe of its sweep (size -> the probe's report.json): the
-    difference in points of J [its interval], its verdict, at the pair's tuned rates where the probe has
-    them, else its lowest common rate; "-" where no probe compared the pair."""
+def per_update(probes: dict[str, dict], claim: Claim, table: dict[str, dict] | None = None) -> str:
+    """``claim``'s comparison per update: a credit method against its twin where the credit table has the
+    method's row (``table``: label -> size -> its cell, results/credit/table.json) reads the table's cell
+    at every size it measured (the rate by the table's rule: the pair's tuned rate, or the size's own);
+    else each probe of its sweep (size -> the probe's report.json) at the pair's tuned rates where the
+    probe has them, else its lowest common rate. The difference in points of J [its interval] and its
+    verdict; "-" where nothing compared the pair."""
     cells = []
+    own = (table or {}).get(claim.label) if claim.control == f"{claim.label}-twin" else None
+    for size, c in (own or {}).items():
+        if c:
+            cells.append(f"{size}, {rate(c)}: {c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] {c['verdict']}")
+    if own:
+        return "; ".join(cells) or "-"
     for size, rep in probes.items():
         comps = [c for c in rep.get("comparisons", []) if (c["method"], c["control"]) == (claim.label, claim.control)]
         if not comps:
@@ -296,10 +306,14 @@ def per_update(probes: dict[str, dict], claim: Claim) -> str:
 
 
 def render_claims(
-    paper: Paper, reports: dict[str, dict | None], probes: dict[str, dict[str, dict]] | None = None
+    paper: Paper,
+    reports: dict[str, dict | None],
+    probes: dict[str, dict[str, dict]] | None = None,
+    table: dict[str, dict] | None = None,
 ) -> str:
-    """The claims table of ``paper`` against ``reports`` (sweep -> report.json or None) and the sweeps'
-    credit probes (sweep -> size -> report.json); '' without claims."""
+    """The claims table of ``paper`` against ``reports`` (sweep -> report.json or None), the sweeps'
+    credit probes (sweep -> size -> report.json) and the credit table's cells (label -> size -> cell);
+    '' without claims."""
     claims = paper_claims(paper)
     if not claims:
         return ""
@@ -315,9 +329,10 @@ def render_claims(
         "the sweep's baseline, vs GRPO = the whole recipe). agrees / disagrees: significant, with the "
         "paper's sign / against it; not resolved: not significant, beside the smallest difference the "
         "design detects with 80% power (MDE). Agreement says the direction holds at this scale; it "
-        "reproduces no number of the paper. Per update: the same pair in the sweep's credit probe at each "
-        "size it ran (one update from the same weights and batch, points of J [repeated interval over "
-        "reference trajectories], its verdict in rounds).",
+        "reproduces no number of the paper. Per update: a credit method against its twin as the credit table "
+        "has it at each size it measured (results/credit/table.md), another pair in the sweep's credit probe "
+        "(one update from the same weights and batch, points of J [repeated interval over reference "
+        "trajectories], its verdict in rounds).",
         "",
         f"| paper claim | paper Δ, points | analogue | analogue Δ{' ' + _name(metric) if metric else ''}, points "
         "| verdict, family | agrees? | per update, points of J |",
@@ -332,7 +347,7 @@ def render_claims(
             cells = [f"not run in results/{c.sweep} ({why})", "-", "-"]
         else:
             cells = _analogue_cells(found, sign)
-        cells.append(per_update((probes or {}).get(c.sweep) or {}, c))
+        cells.append(per_update((probes or {}).get(c.sweep) or {}, c, table))
         lines.append(f"| {c.text} | {text} | `{c.label}` vs `{c.control}`: {c.what} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -342,9 +357,18 @@ def claims_section(paper: Paper, results_dir: Any) -> str:
     from bench.report.papers.data import load_report
 
     sweeps = dict.fromkeys(c.sweep for c in paper_claims(paper))
-    return render_claims(
-        paper, {s: load_report(results_dir, s) for s in sweeps}, {s: _probes(results_dir, s) for s in sweeps}
-    )
+    reports = {s: load_report(results_dir, s) for s in sweeps}
+    return render_claims(paper, reports, {s: _probes(results_dir, s) for s in sweeps}, _table(results_dir))
+
+
+def _table(results_dir: Any) -> dict[str, dict]:
+    """The credit table's per-update cells by label (results/credit/table.json), {} without one."""
+    import json
+    from pathlib import Path
+
+    path = Path(results_dir) / "credit" / "table.json"
+    rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+    return {r["label"]: r["per_update"] for r in rows}
 
 
 def _probes(results_dir: Any, sweep: str) -> dict[str, dict]:
