@@ -213,6 +213,7 @@ def test_the_command_writes_records_and_report(spec, tmp_path):
         (["--phases", "0,2"], "phases must be fractions of the budget"),
         (["--jobs", "0"], "--jobs must be >= 1, got 0"),
         (["--model", "tiny-5m"], "unknown model 'tiny-5m': give a tiny size (tiny-500k, tiny-2m, tiny-8m)"),
+        (["--until", "done"], "until must be one of decided, resolved, got 'done'"),
         (["--report", "--out", "nowhere"], "nowhere/updates.json not found: run the probe first"),
     ],
 )
