@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import CreditBenchError
+from bench.tracking import new_store
 
 
 def git_commit() -> str:
@@ -244,6 +245,7 @@ def make_logger(uri: str, experiment: str, run_name: str, tags: dict[str, str], 
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     check_tracking_uri(uri, write=True)
+    new_store.seed(uri)  # a new SQLite store copied, not migrated (the same store, made faster)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     first = rank_zero_only.rank == 0  # the process that logs (the others' loggers do nothing)
     try:  # the constructor opens the store already (e.g. MLflow refuses a file store there)
@@ -287,6 +289,7 @@ def client(uri: str):
     from mlflow.tracking import MlflowClient
 
     check_tracking_uri(uri)
+    new_store.seed(uri)
     try:  # the client opens the store at once (MLflow refuses a file store there, for one)
         c = MlflowClient(uri)
         c.search_experiments(max_results=1)
@@ -309,6 +312,7 @@ def log_eval_run(
     (``dicts``: file name -> data) and an optional table (file name, columns); its run id."""
     import mlflow
 
+    new_store.seed(uri)
     mlflow.set_tracking_uri(uri)
     try:
         mark_training(mlflow.MlflowClient(uri), mlflow.set_experiment(experiment).experiment_id)
