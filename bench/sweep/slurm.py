@@ -242,6 +242,7 @@ def render(
         f"gpus_per_node={gpus_per_node}",
         f"wait_s={WAIT_S}",
         f"sweep_args=({' '.join(map(q, sweep_args))})",
+        "export RAY_worker_niceness=\"${RAY_worker_niceness:-0}\"  # the runs are the nodes' work (Ray's default: 15)",
     ]
     if checkpoint_dir:
         lines.append(f"export CREDITBENCH_CHECKPOINTS={q(checkpoint_dir)}")

@@ -26,6 +26,9 @@ import yaml
 from tiny_sweep import SPEC
 
 REPO = Path(__file__).resolve().parents[2]
+# the test clusters' workers at niceness 0, as a cluster creditbench starts (bench.sweep.ray_cluster): at Ray's
+# default 15 they get a few percent of a core beside the other pytest worker's tests
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 def write_spec(tmp_path: Path, name: str, top: dict | None = None, **overrides) -> Path:
@@ -47,6 +50,23 @@ def env(tmp_path_factory, warm_cache):
 def sweep_cmd(spec: Path, env: dict, *extra: str) -> list[str]:
     cmd = [sys.executable, "-m", "bench.cli", "sweep", str(spec), "--results_dir", env["RESULTS"]]
     return [*cmd, "--uri", env["URI"], *extra]
+
+
+def test_a_cluster_the_sweep_starts_runs_its_workers_at_niceness_0(monkeypatch):
+    """Ray's workers start at niceness 15: a local cluster's, the sweep's runs, would yield to any other
+    process. ``connect(None)`` starts one with RAY_worker_niceness=0 unless the environment sets it; joining a
+    running cluster leaves it as that cluster was started."""
+    import ray
+
+    from bench.sweep import ray_cluster
+
+    calls = []
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(os.environ.get("RAY_worker_niceness")))
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    assert ray_cluster.connect(None) and calls == ["0"]
+    monkeypatch.setenv("RAY_worker_niceness", "5")
+    ray_cluster.connect(None)
+    assert calls[-1] == "5"
 
 
 def make_cluster(nodes: int = 2):

@@ -110,6 +110,9 @@ def test_bash_accepts_it_and_its_sbatch_lines(script, tmp_path):
     assert not any(s.startswith("--mem") for s in sbatch)  # only when given
     assert f"spec={SPEC}" in script  # relative to the repository the script cds into
     assert "set -euo pipefail" in script and "export CREDITBENCH_CHECKPOINTS='/shared/ckpt dir'" in script
+    # the nodes' `ray start` run the sweep's workers at niceness 0 unless the job's environment says otherwise
+    assert 'export RAY_worker_niceness="${RAY_worker_niceness:-0}"' in script
+    assert script.index("RAY_worker_niceness") < script.index("ray start --head")
 
 
 def test_executes_on_a_three_node_allocation(script, tmp_path):
