@@ -34,18 +34,16 @@ def seed(uri: str) -> bool:
     path = sqlite_path(uri)
     if path is None or path.exists() or not path.parent.is_dir():
         return False
+    tmp = path.parent / f".{path.name}.{os.getpid()}.new"
     try:
-        data = _template().read_bytes()
-        tmp = path.parent / f".{path.name}.{os.getpid()}.new"
-        tmp.write_bytes(data)
-        try:
-            os.link(tmp, path)  # fails where a store appeared meanwhile: it is left as it is
-        finally:
-            tmp.unlink()
+        tmp.write_bytes(_template().read_bytes())
+        os.link(tmp, path)  # fails where a store appeared meanwhile: it is left as it is
         return True
     except OSError as e:  # no hard links here, a full disk: MLflow makes the store itself
         log.debug("no copied store at %s (%s): MLflow makes it", path, e)
         return False
+    finally:
+        tmp.unlink(missing_ok=True)  # also half a copy a full disk left
 
 
 def _template() -> Path:

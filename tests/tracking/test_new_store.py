@@ -64,6 +64,18 @@ def test_where_the_copy_cannot_be_linked_mlflow_makes_the_store(tmp_path, monkey
     assert [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
 
 
+def test_a_full_disk_leaves_no_half_copy(tmp_path, monkeypatch):
+    real = new_store.Path.write_bytes
+
+    def half(self, data):
+        real(self, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(new_store.Path, "write_bytes", half)
+    assert not new_store.seed(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("uri, path", [("sqlite:////a/b.db", "/a/b.db"), ("sqlite:///rel.db?mode=rw", "rel.db")])
 def test_the_file_of_a_sqlite_uri(uri, path):
     assert str(new_store.sqlite_path(uri)) == path
