@@ -51,6 +51,9 @@ class Row:
     """The sweep whose end-to-end decision the row reads (default: judge-<label>)."""
     probes: dict[str, str] = field(default_factory=dict)
     """Size -> probe folder under results/ read per update (default: the judge's, bench.cli.judge)."""
+    rates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Size -> the row's own rates there in place of the table's (a row under LoRA, whose rate the size's
+    full-parameter tuning does not give), checked as the table's."""
 
 
 @dataclass(frozen=True)
@@ -110,10 +113,10 @@ def load(path: Path = DEFINITION) -> Table:
 def _row(entry: dict[str, Any], path: Path, task: str, sizes: tuple[str, ...], end_to_end: bool) -> Row:
     from bench.sweep.judge import judged
 
-    extra = set(entry) - {"method", "label", "options", "controls", "why", "sweep", "probes"}
+    extra = set(entry) - {"method", "label", "options", "controls", "why", "sweep", "probes", "rates"}
     if extra or "method" not in entry:
         raise CreditBenchError(
-            f"{path}: a row needs method and may have label, options, controls, why, sweep, probes; got "
+            f"{path}: a row needs method and may have label, options, controls, why, sweep, probes, rates; got "
             f"{', '.join(sorted(entry))}"
         )
     controls = tuple(entry.get("controls") or ())
@@ -123,7 +126,13 @@ def _row(entry: dict[str, Any], path: Path, task: str, sizes: tuple[str, ...], e
         raise CreditBenchError(f"{path}: row {j.label}'s probes name sizes the table does not have")
     if sizes[0] in probes and end_to_end and not entry.get("sweep"):
         raise CreditBenchError(f"{path}: row {j.label} reads its {sizes[0]} probe elsewhere: name its sweep too")
-    return Row(j.method, j.label, j.options, j.controls, entry.get("why", ""), entry.get("sweep"), probes)
+    rates = size_rates(entry.get("rates"), sizes, f"{path}: row {j.label}'s rates")
+    return Row(j.method, j.label, j.options, j.controls, entry.get("why", ""), entry.get("sweep"), probes, rates)
+
+
+def row_rates(row: Row, table: Table) -> dict[str, dict[str, Any]]:
+    """Size -> the rates the row's probe runs at there: the row's own where it has them, else the table's."""
+    return table.rates | row.rates
 
 
 def judge_sizes(row: Row, table: Table) -> tuple[str, ...]:
@@ -151,11 +160,13 @@ def resolved(c: dict[str, Any]) -> bool:
     return within_target(c["lo"], c["hi"], c.get("gain_control") or 0.0)
 
 
-def _cell(report: dict[str, Any], label: str, later: float | None = None, own: bool = False) -> dict[str, Any] | None:
+def _cell(
+    report: dict[str, Any], label: str, later: float | None = None, own: str | None = None
+) -> dict[str, Any] | None:
     """The row's per-update cell from a probe's report: the comparison with its twin at the pair's tuned
     rate where the probe has one; else at ``later`` (the rate tuned for both arms after the probe ran) where
-    it is one of the probe's common rates (``own``: the size's own rate); else at its lowest common rate. The
-    words across rates by rule."""
+    it is one of the probe's common rates (``own``: "size" or "row", whose own rate it is); else at its
+    lowest common rate. The words across rates by rule."""
     twin = f"{label}-twin"
     comps = [c for c in report.get("comparisons", []) if (c["method"], c["control"]) == (label, twin)]
     if not comps:
@@ -165,7 +176,7 @@ def _cell(report: dict[str, Any], label: str, later: float | None = None, own: b
     keep = ("setting", "lr_method", "mean", "lo", "hi", "verdict", "n", "gain_control", "relative", "mde")
     out = {k: at[k] for k in keep if k in at} | {"reading": reading, "resolved": resolved(at)}
     if at.get("setting") != "tuned" and at["lr_method"] == later:
-        out["size_rate" if own else "tuned_later"] = True
+        out |= {"size_rate": own} if own else {"tuned_later": True}
     return out
 
 
@@ -200,8 +211,9 @@ def _share(reports: list[dict[str, Any]], label: str, later: float | None = None
 
 
 def _check_rates(table: Table, results_dir: Path) -> None:
-    """A size's rate that names its tuning (``tuned: SWEEP``) is the one that tuning chose for its pair."""
-    for size, r in table.rates.items():
+    """A size's rate (the table's or a row's) that names its tuning (``tuned: SWEEP``) is the one that tuning
+    chose for its pair."""
+    for size, r in [*table.rates.items(), *[x for row in table.rows for x in row.rates.items()]]:
         path = results_dir / r.get("tuned", "") / "tuning.json"
         chosen = {(x.get("chosen") or {}).get("lr") for x in json.loads(path.read_text())["labels"].values()} if (
             "tuned" in r and path.is_file()) else {r["lr"]}  # fmt: skip
@@ -230,9 +242,11 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
         cells = {}
         for size in table.sizes:  # a rate tuned after the probe is the first size's (the sweep's model)
             later = tuned_later(row, results_dir) if size == table.sizes[0] else None
-            later = table.rates[size]["lr"] if size in table.rates else later
-            own = probe_report(probe_dir(row, size, table, results_dir) / "report.json", table.rates.get(size))
-            cells[size] = _cell(own, row.label, later, size in table.rates) if own else None
+            rates = row_rates(row, table).get(size)
+            later = rates["lr"] if rates else later
+            own = probe_report(probe_dir(row, size, table, results_dir) / "report.json", rates)
+            whose = ("row" if size in row.rates else "size") if rates else None
+            cells[size] = _cell(own, row.label, later, whose) if own else None
             ceiling = results_dir / table.ceiling[size] / "report.json" if size in table.ceiling else None
             reports = [
                 r for r in (own, json.loads(ceiling.read_text()) if ceiling and ceiling.is_file() else None) if r
@@ -275,9 +289,10 @@ def _cost(table: Table, results_dir: Path) -> dict[str, float]:
 
 
 def rate(c: dict[str, Any]) -> str:
-    """The rate a cell sits at, in words: ``tuned lr R`` (the pair's tuned rate), ``the size's lr R``, or ``lr R``."""
+    """The rate a cell sits at, in words: ``tuned lr R`` (the pair's tuned rate), ``the size's lr R``, ``the row's
+    own lr R`` (a row's own rates at a size), or ``lr R``."""
     at = "tuned lr" if c.get("setting") == "tuned" or c.get("tuned_later") else "lr"
-    at = "the size's lr" if c.get("size_rate") else at
+    at = {"size": "the size's lr", "row": "the row's own lr"}.get(c.get("size_rate"), at)
     return f"{at} {c['lr_method']:g}"
 
 

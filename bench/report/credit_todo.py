@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from bench.errors import CreditBenchError
-from bench.report.credit_table import Row, Table, judge_sizes, probe_dir, probe_report, sweep_dir
+from bench.report.credit_table import Row, Table, judge_sizes, probe_dir, probe_report, row_rates, sweep_dir
 
 
 def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: bool) -> list[str]:
@@ -23,7 +23,8 @@ def judge_args(row: Row, table: Table, sizes: tuple[str, ...], per_update_only: 
     if row.controls:
         args += ["--controls", ",".join(row.controls)]
     args += ["--oracle"] if table.oracle else []
-    own = {s: {k: v for k, v in table.rates[s].items() if k != "tuned"} for s in sizes if s in table.rates}
+    rates = row_rates(row, table)
+    own = {s: {k: v for k, v in rates[s].items() if k != "tuned"} for s in sizes if s in rates}
     args += ["--rates", yaml.safe_dump(own, default_flow_style=True, width=1000).strip()] if own else []
     return args + (["--per_update_only"] if per_update_only else [])
 
@@ -46,7 +47,7 @@ def missing(
         raise CreditBenchError(f"--upto {upto} is not one of the table's sizes ({', '.join(table.sizes)})")
     out = []
     for row in table.rows:
-        sizes = judge_sizes(row, table)
+        sizes, rates = judge_sizes(row, table), row_rates(row, table)
         if upto is not None:
             sizes = tuple(s for s in sizes if table.sizes.index(s) <= table.sizes.index(upto))
         if not sizes:
@@ -54,7 +55,7 @@ def missing(
         todo = [
             s
             for s in sizes
-            if not _probed(probe_dir(row, s, table, results_dir) / "report.json", table.oracle, table.rates.get(s))
+            if not _probed(probe_dir(row, s, table, results_dir) / "report.json", table.oracle, rates.get(s))
         ]
         sweep = table.end_to_end and row.sweep is None and not per_update_only
         need_sweep = sweep and not (sweep_dir(row, results_dir) / "report.json").is_file()

@@ -224,7 +224,7 @@ def test_a_size_with_its_own_rates_gets_them_and_a_probe_at_other_rates_is_not_i
     _write(res / "probes" / "judge-m-tiny-2m", own)
     assert credit_todo.missing(table, res, per_update_only=True) == []
     cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"]
-    assert cell["lr_method"] == 5e-5 and cell["size_rate"] and "tuned_later" not in cell
+    assert cell["lr_method"] == 5e-5 and cell["size_rate"] == "size" and "tuned_later" not in cell
     assert ct._update_text(cell).startswith(
         "+0.02 [-0.01, +0.05], the twin gaining +0.30 (not resolved above 0) at the size's lr 5e-05: **inconclusive**"
     )
@@ -238,6 +238,38 @@ def test_a_size_with_its_own_rates_gets_them_and_a_probe_at_other_rates_is_not_i
         path.write_text(f"rates: {bad}\n" + path.read_text().split("\n", 1)[1])
         with pytest.raises(CreditBenchError, match=match):
             ct.load(path)
+
+
+def test_a_row_with_its_own_rates_at_a_size_gets_them_in_place_of_the_tables(tmp_path):
+    """A row's ``rates`` (a LoRA row's): its judge gets them, the other rows the table's; its cell is read
+    from a probe at its rates and says whose rate it sits at; a tuning it names must have chosen it."""
+    rows = "  - {method: s_trace, label: m, rates: {tiny-2m: {lr: 1.0e-4, lrs: [5.0e-5, 1.0e-4], tuned: own}}}\n"
+    path = _definition(tmp_path, rows + "  - {method: p_trace, label: p}\n")
+    path.write_text("rates: {tiny-2m: {lr: 5.0e-5, lrs: [2.5e-5, 5.0e-5]}}\n" + path.read_text())
+    table, res = ct.load(path), tmp_path / "results"
+    assert table.rows[0].rates == {"tiny-2m": {"lr": 1e-4, "lrs": [5e-5, 1e-4], "tuned": "own"}}
+    assert ct.row_rates(table.rows[1], table) == table.rates
+    args = {row.label: a for row, a in credit_todo.missing(table, res, per_update_only=True)}
+    assert args["m"][-3:] == ["--rates", "{tiny-2m: {lr: 0.0001, lrs: [5.0e-05, 0.0001]}}", "--per_update_only"]
+    assert args["p"][-3:] == ["--rates", "{tiny-2m: {lr: 5.0e-05, lrs: [2.5e-05, 5.0e-05]}}", "--per_update_only"]
+    comps = [{**TWIN, "setting": f"lr {lr:g}", "lr_method": lr, "mean": 0.1, "lo": -0.1, "hi": 0.3,
+              "verdict": "inconclusive", "gain_control": 0.5} for lr in (5e-5, 1e-4)]  # fmt: skip
+    _write(res / "probes" / "judge-m", PROBE)
+    table_rates = {"comparisons": comps, "options": {"lrs": [2.5e-5, 5e-5], "trajectory_lr": 5e-5}}
+    _write(res / "probes" / "judge-m-tiny-2m", table_rates)  # at the table's rates, not the row's: not its cell
+    assert ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"] is None
+    _write(res / "probes" / "judge-m-tiny-2m", {**table_rates, "options": {"lrs": [5e-5, 1e-4], "trajectory_lr": 1e-4}})
+    cell = ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"]
+    assert (cell["lr_method"], cell["size_rate"]) == (1e-4, "row")
+    text = "+0.10 [-0.10, +0.30], the twin gaining +0.50 (not resolved above 0) at the row's own lr 0.0001: **incon"
+    assert text in ct._update_text(cell)
+    (res / "own").mkdir()
+    (res / "own" / "tuning.json").write_text(json.dumps({"labels": {"m": {"chosen": {"lr": 2e-4}}}}))
+    with pytest.raises(CreditBenchError, match=r"tiny-2m.s lr 0.0001 is not what .*own.*chose \(\[0.0002\]\)"):
+        ct.build(table, res)
+    path.write_text(path.read_text().replace("lrs: [5.0e-5, 1.0e-4], tuned: own", "lrs: []"))
+    with pytest.raises(CreditBenchError, match=r"row m's rates: tiny-2m must be \{lr: R, lrs: \[A, B\]\}"):
+        ct.load(path)
 
 
 def test_a_table_per_update_only_runs_no_sweep_and_shows_no_end_to_end(tmp_path):

@@ -154,7 +154,7 @@ def test_selective_traces_analogue_names_both_comparisons(tmp_path):
     table = {"rows": [{"label": "s_trace", "per_update": {
         "tiny-500k": {**cell, "setting": "tuned", "lr_method": 2e-4},
         "tiny-2m": {**cell, "setting": "lr 5e-05", "lr_method": 5e-5, "mean": 0.0, "lo": -0.02, "hi": 0.02,
-                    "verdict": "undecided (resolved)", "size_rate": True},
+                    "verdict": "undecided (resolved)", "size_rate": "size"},
         "tiny-8m": None}}]}  # fmt: skip
     (tmp_path / "credit").mkdir()
     (tmp_path / "credit" / "table.json").write_text(json.dumps(table))
