@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 PERF = ["step", "methods", "engines", "verify", "trl", "scale", "fixed_cost", "live_metrics", "microbatch", "fsdp"]
 PERF += ["flagship_cost", "op_count"]
-STUDIES = ["pretrained", "exact_objective", "sequential_design", "probe_design", "reproducibility"]
+STUDIES = ["pretrained", "exact_objective", "sequential_design", "probe_design", "reproducibility", "segment_design"]
 SCRIPTS = [f"bench.perf.{n}" for n in PERF] + [f"bench.studies.{n}" for n in STUDIES]
 SCRIPTS += ["bench.gpu.checks", "bench.gold_check", "tools.ui_screenshot"]
 

@@ -72,7 +72,14 @@ if [ "$FROM" != tables ]; then
   creditbench judge grpo_lambda --task chain --sizes tiny-500k,tiny-2m --controls twin --oracle --per_update_only \
     --rates '{tiny-2m: {lr: 5.0e-05, lrs: [2.5e-05, 5.0e-05]}}' --jobs "$JOBS" > /dev/null
   creditbench table --credit --run --per_update_only --jobs "$JOBS" > /dev/null
+  step "paired segments at tiny-2m (GRPO-lambda against its twin, 8 updates from each checkpoint)"
+  rm -rf results/probes/segments-tiny-2m
+  creditbench credit-probe results/sweeps/judge-grpo_lambda.yaml --model tiny-2m --lrs 5e-5 --trajectory_lr 5e-5 \
+    --batches 2 --segment_steps 8 --segment_batches 2 --first 4 --cap 4 --out results/probes/segments-tiny-2m \
+    --jobs "$JOBS"
 fi
+step "the segment design study (segments against one update, from the probes' own segments)"
+python -m bench.studies.segment_design results/probes/embedded-validation results/probes/segments-tiny-2m
 step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"
 creditbench table --credit > /dev/null
 creditbench table --credit --definition results/credit/control.yaml > /dev/null
