@@ -79,7 +79,8 @@ if [ "$FROM" != tables ]; then
     --jobs "$JOBS"
 fi
 step "the segment design study (segments against one update, from the probes' own segments)"
-python -m bench.studies.segment_design results/probes/embedded-validation results/probes/segments-tiny-2m
+python -m bench.studies.segment_design results/probes/embedded-validation results/probes/segments-tiny-2m \
+  --updates results/probes/embedded results/probes/judge-grpo_lambda
 step "the credit table (from the probes' and the sweeps' reports) and the tables of README.md and docs/"
 creditbench table --credit > /dev/null
 creditbench table --credit --definition results/credit/control.yaml > /dev/null

@@ -22,12 +22,19 @@ def _records(label: str, gains: dict[int, list[float]], rows: dict[int, list[int
 
 
 def _probe(tmp_path: Path) -> Path:
+    tmp_path.mkdir(exist_ok=True)
     segments = _records("m", {1: [1.1, 1.2, 1.3], 2: [2.2, 2.3, 2.4]}, {1: [1, 2, 3, 4], 2: [1, 2, 3, 4]})
     segments += _records("m-twin", {1: [1.0, 1.0, 1.0], 2: [2.0, 2.0, 2.0]}, {1: [1, 2, 3, 4], 2: [1, 2, 5, 6]})
     plan = {"options": {"lrs": [1e-4]}, "pairs": [{"method": "m", "control": "m-twin"}]}
     folder = tmp_path / "probe"
     folder.mkdir()
-    (folder / "updates.json").write_text(json.dumps({"plan": plan, "model": "tiny-2m", "segments": segments}))
+    # single updates: 2 batches at one checkpoint of each trajectory; the control gains 1.0 on each, the method
+    # 1.0 and 1.2, 1.2 and 1.2, 1.2 and 1.4: trajectory values 0.1, 0.2, 0.3
+    updates = [{"reference": "m-twin", "seed": seed, "phase": 0.0, "batch": b, "label": label, "lr": 1e-4, "dj": dj}
+               for label, per in (("m", [[1.0, 1.2], [1.2, 1.2], [1.2, 1.4]]), ("m-twin", [[1.0, 1.0]] * 3))
+               for seed, gains in enumerate(per) for b, dj in enumerate(gains)]  # fmt: skip
+    probe = {"plan": plan, "model": "tiny-2m", "segments": segments, "updates": updates}
+    (folder / "updates.json").write_text(json.dumps(probe))
     return folder
 
 
@@ -42,6 +49,11 @@ def test_a_segments_statistics_by_hand(tmp_path):
     assert (two["gain"], two["diff"], two["sd_diff"], two["shared"]) == pytest.approx((2.0, 0.3, 0.1, 0.5))
     assert (two["trajectories_for_target"], two["updates_for_target"]) == (4, 16)
     assert two["pays"] == pytest.approx(14 / 16)
+    # the single updates: SD 0.1, g = 1: 7 trajectories x 2 updates a trajectory x 2 arms
+    (single,) = sd.rows(sd.load(_probe(tmp_path / "u"), "updates"), "updates")
+    assert (single["design"], single["k"], single["segments_per_trajectory"], single["shared"]) == ("updates", 1, 2, 1)
+    assert (single["diff"], single["sd_diff"]) == pytest.approx((0.2, 0.1))
+    assert (single["trajectories_for_target"], single["updates_for_target"]) == (7, 28)
     assert sd.trajectories_for(1.0, 0.0) is None and sd.trajectories_for(1e6, 1e-6) is None
 
 
@@ -50,8 +62,10 @@ def test_the_study_writes_its_report_and_refuses_a_probe_without_segments(tmp_pa
     sd.main([str(_probe(tmp_path)), "--out", str(out)])
     data = json.loads((out / "segment_design.json").read_text())
     assert sd.markdown(data) == (out / "segment_design.md").read_text()
-    row = "| tiny-2m | m vs m-twin | 0.0001 | 2 | 3 (2) | 0.50 | +2.000 [+2.000, +2.000] | +0.300 | 0.100 | 4 | 16 |"
-    assert row + " 0.9x |" in (out / "segment_design.md").read_text()
+    row = (
+        "| tiny-2m | 1 segments | m vs m-twin | 0.0001 | 2 | 3 (2) | 0.50 | +2.000 [+2.000, +2.000] | +0.300 | 0.100 |"
+    )
+    assert row + " 4 | 16 | 0.9x |" in (out / "segment_design.md").read_text()
     bare = tmp_path / "bare"
     bare.mkdir()
     with pytest.raises(CreditBenchError, match="updates.json not found: give a probe's folder"):
