@@ -10,7 +10,8 @@ the Markdown table through ``creditbench docs-tables``. ``end_to_end: false`` ma
 only (the control task's, ``results/credit/control.yaml``), ``template`` the spec whose design the
 judges take, ``rates`` a size's own rates (size -> ``{lr, lrs}``: the probe's reference trajectories
 train at ``lr``, its arms update at ``lrs``, the cell sits at ``lr``; a size not named takes the
-template's). What ``--run`` runs where results are missing: bench.report.credit_todo.
+template's; a row's own ``rates`` replace the table's for that row, e.g. a row under LoRA). What
+``--run`` runs where results are missing: bench.report.credit_todo.
 
 A cell is **resolved** (the table's target, one rule) where the comparison has a verdict (better,
 worse, equivalent) or its interval is within the target (bench.report.per_update.within_target: ±10%
