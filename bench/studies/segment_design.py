@@ -17,8 +17,8 @@ trajectory); the fraction of samples the arms still share; the **trajectories fo
 T >= 3 with t(0.975, T - 1) SD / sqrt(T) <= 10% of |g_k| (the credit table's relative target,
 bench.report.per_update.RELATIVE); and the **updates for the target**: T times the segments a trajectory
 times k updates times the two arms. The last column is the updates k = 1 needs over the updates k needs
-(above 1: the segment pays). One update from the same segments (k = 1) is the fair baseline: the same
-checkpoints and trajectories, a paired update of the probe's own kind. A segment's update draws its own
+(above 1: the segment pays; none for a probe's single updates). One update from the same segments (k = 1)
+is the fair baseline: the same checkpoints and trajectories, a paired update of the probe's own kind. A segment's update draws its own
 rollout for each arm, where the probe's paired updates share one, so per update it costs more (the probe's
 pace constants: bench.paired.probe.PACE_S); the ratio counts updates, not seconds.
 
@@ -108,7 +108,7 @@ def rows(probe: dict[str, Any], kind: str = "segments") -> list[dict[str, Any]]:
                     "shared": float(shared),
                     "gain": g.mean, "gain_lo": g.mean - crit * g.se, "gain_hi": g.mean + crit * g.se,
                     "diff": d.mean, "sd_diff": sd, "trajectories_for_target": need, "updates_for_target": updates,
-                    "pays": None if base is None or updates is None else base / updates,
+                    "pays": None if samples is None or base is None or updates is None else base / updates,
                 })  # fmt: skip
     return out
 

@@ -53,7 +53,7 @@ def test_a_segments_statistics_by_hand(tmp_path):
     (single,) = sd.rows(sd.load(_probe(tmp_path / "u"), "updates"), "updates")
     assert (single["design"], single["k"], single["segments_per_trajectory"], single["shared"]) == ("updates", 1, 2, 1)
     assert (single["diff"], single["sd_diff"]) == pytest.approx((0.2, 0.1))
-    assert (single["trajectories_for_target"], single["updates_for_target"]) == (7, 28)
+    assert (single["trajectories_for_target"], single["updates_for_target"], single["pays"]) == (7, 28, None)
     assert sd.trajectories_for(1.0, 0.0) is None and sd.trajectories_for(1e6, 1e-6) is None
 
 
