@@ -18,9 +18,10 @@ T >= 3 with t(0.975, T - 1) SD / sqrt(T) <= 10% of |g_k| (the credit table's rel
 bench.report.per_update.RELATIVE); and the **updates for the target**: T times the segments a trajectory
 times k updates times the two arms. The last column is the updates k = 1 needs over the updates k needs
 (above 1: the segment pays; none for a probe's single updates). One update from the same segments (k = 1)
-is the fair baseline: the same checkpoints and trajectories, a paired update of the probe's own kind. A segment's update draws its own
-rollout for each arm, where the probe's paired updates share one, so per update it costs more (the probe's
-pace constants: bench.paired.probe.PACE_S); the ratio counts updates, not seconds.
+is the fair baseline: the same checkpoints and trajectories, a paired update of the probe's own kind. A
+segment's update draws its own rollout for each arm, where the probe's paired updates share one, so per
+update it costs more (the probe's pace constants: bench.paired.probe.PACE_S); the ratio counts updates, not
+seconds.
 
 ``--updates``: probes whose single paired updates are read the same way (k = 1, one row per pair and common
 rate, its batches a trajectory in place of segments): what the same target asks of a probe's own design,
