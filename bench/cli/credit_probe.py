@@ -2,12 +2,15 @@
 credit method against its twin (and placebo) from checkpoints of reference trajectories added in rounds
 until each comparison is decided, one update per arm on exactly the same batch, scored on the exact
 objective J. Writes results/probes/<sweep>/: updates.json (every record), report.json and report.md
-(bench.report.per_update), per_update.png."""
+(bench.report.per_update), per_update.png. Interrupted, it resumes when run again with the same arguments:
+each finished reference trajectory is kept in <folder>/partial/ (bench.paired.journal) until updates.json is
+written."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -108,6 +111,7 @@ def planned(argv: list[str]):
 
 def main(argv: list[str]) -> int:
     from bench.errors import CreditBenchError
+    from bench.paired.journal import FOLDER, resumable
     from bench.paired.probe import cost, run_probe, write
     from bench.report import per_update, per_update_files
     from bench.sweep.sweep import probe_dir, report_path
@@ -130,10 +134,13 @@ def main(argv: list[str]) -> int:
         )
         for note in plan.notes:
             print(f"note: {note}")
+        if kept := resumable(out):
+            print(f"resuming: {kept} reference trajectories kept by an interrupted run ({out / FOLDER})")
         if a.dry_run:
             return 0
-        probe = run_probe(plan, a.jobs, rounds=per_update.needs)
+        probe = run_probe(plan, a.jobs, rounds=per_update.needs, journal=out / FOLDER)
         write(probe, out)
+        shutil.rmtree(out / FOLDER, ignore_errors=True)  # written whole: the journal is done
     sweep_report = report_path(a.results_dir, plan.sweep)
     rep = per_update.report(probe, json.loads(sweep_report.read_text()) if sweep_report.is_file() else None)
     per_update_files.write(rep, out)

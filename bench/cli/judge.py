@@ -60,8 +60,13 @@ def main(argv: list[str]) -> int:
     common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
     probes = {size: _probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates) for size in j.sizes}
     try:  # the cost first; what a probe or the sweep refuses (a task without references) stops here
-        for args in probes.values():
-            credit_probe.main([*args, "--dry_run"])
+        done = {size: _resumed(_probe_out(j, size, a.results_dir), rates.get(size)) for size in j.sizes}
+        for size, args in probes.items():
+            if done[size]:  # its plan still checked
+                credit_probe.planned(args)
+                print(f"credit probe at {size}: done ({_probe_out(j, size, a.results_dir)}), its report only")
+            else:
+                credit_probe.main([*args, "--dry_run"])
         if not a.per_update_only:
             sweep.main([str(path), *common, "--dry_run"])
     except (CreditBenchError, SystemExit):
@@ -73,15 +78,14 @@ def main(argv: list[str]) -> int:
     if not a.per_update_only:
         sweep.main([str(path), *common])
     for size, args in probes.items():
-        done = _resumed(_probe_out(j, size, a.results_dir), rates.get(size))
-        credit_probe.main([*args, "--report"] if done else args)  # with its records: only its report again
+        credit_probe.main([*args, "--report"] if done[size] else args)  # with its records: only its report again
     _card(j, path, a.results_dir, probes)
     return 0
 
 
 def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
-    """Size -> the core seconds of the judge's probe there (its first round, every pair at the cap), for the
-    judge ``argv`` asks for, once its spec is written (after a dry run)."""
+    """Size -> the core seconds of the judge's probe there (its first round, every pair at the cap; 0 for a
+    probe already done), for the judge ``argv`` asks for, once its spec is written (after a dry run)."""
     from bench.cli import credit_probe
     from bench.paired.probe import cost
     from bench.sweep.judge import write_spec
@@ -93,6 +97,9 @@ def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
     common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
     out = {}
     for size in j.sizes:
+        if _resumed(_probe_out(j, size, a.results_dir), rates.get(size)):
+            out[size] = (0.0, 0.0)
+            continue
         c = cost(credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates))[1])
         out[size] = (c["core_s"], c["cap_core_s"])
     return out

@@ -6,7 +6,6 @@ results/probes/<sweep>/updates.json so the analysis (bench.report.per_update) ca
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -117,25 +116,39 @@ def tasks(plan: ProbePlan, checkpoints: dict[str, list], parts: int) -> list[dic
     return out
 
 
-def _round(plan: ProbePlan, seeds: dict[str, list[int]], pool, jobs: int, log: Callable[[str], None]) -> tuple:
+def _round(plan: ProbePlan, seeds: dict[str, list[int]], pool, jobs: int, log: Callable[[str], None], journal) -> tuple:
     """One round: the reference trajectories of ``seeds`` (reference label -> its new seeds) in ``pool``,
-    each trajectory's checkpoints' work submitted as soon as it is trained; (checkpoints, update records,
-    segment records)."""
+    each trajectory's checkpoints' work submitted as soon as it is trained, and each trajectory kept in
+    ``journal`` once its work is done (one it already holds is taken from it); (checkpoints' info, update
+    records, segment records)."""
     o = plan.options
     runs = [(ref, plan.labels[ref], s, o.phases, plan.budget) for ref, ss in seeds.items() for s in ss]
-    parts = _parts(o.batches, len(runs) * len(o.phases), jobs)
-    log(f"credit probe of {plan.sweep}: {len(runs)} reference trajectories, then their checkpoints' batches "
-        f"and segments, {jobs} at a time")  # fmt: skip
-    trained = {pool.submit(_trajectory, run): run[0] for run in runs}
-    checkpoints, work = [], []
+    parts = _parts(o.batches, len(runs) * len(o.phases), jobs)  # of the whole round, resumed or not
+    kept = [journal.get(r[0], r[2]) for r in runs]
+    kept = [k for k in kept if k is not None]
+    todo = [r for r in runs if journal.get(r[0], r[2]) is None]
+    log(f"credit probe of {plan.sweep}: {len(todo)} reference trajectories, then their checkpoints' batches "
+        f"and segments, {jobs} at a time" + (f" ({len(kept)} more kept from before)" if kept else ""))  # fmt: skip
+    trained = {pool.submit(_trajectory, run): run[0] for run in todo}
+    checkpoints, work, left, infos = [k for r in kept for k in r["checkpoints"]], [], {}, {}
     for future in as_completed(trained):
         ckpts = future.result()
-        checkpoints += ckpts
-        work += [(t, pool.submit(_work, t)) for t in tasks(plan, {trained[future]: ckpts}, parts)]
-    updates, segments = [], []
+        key = (trained[future], ckpts[0].seed)
+        infos[key] = [c.info() for c in ckpts]
+        new = [(t, pool.submit(_work, t)) for t in tasks(plan, {trained[future]: ckpts}, parts)]
+        work, left[key] = work + new, len(new)
+    updates = [u for r in kept for u in r["updates"]]
+    segments = [s for r in kept for s in r["segments"]]
+    mine: dict[tuple, tuple[list, list]] = {key: ([], []) for key in left}
     for n, (t, future) in enumerate(work, 1):
-        (updates if t["kind"] == "batch" else segments).extend(future.result())
+        key = (t["checkpoint"].reference, t["checkpoint"].seed)
+        mine[key][0 if t["kind"] == "batch" else 1].extend(future.result())
+        left[key] -= 1
+        if not left[key]:
+            journal.add(*key, infos[key], *mine[key])
         log(f"  {n}/{len(work)} done")
+    for key, (u, s) in mine.items():
+        checkpoints, updates, segments = checkpoints + infos[key], updates + u, segments + s
     return checkpoints, updates, segments
 
 
@@ -144,13 +157,21 @@ Rounds = Callable[[dict[str, Any]], dict[str, int]]
 
 
 def run_probe(
-    plan: ProbePlan, jobs: int = 1, log: Callable[[str], None] = print, rounds: Rounds | None = None
+    plan: ProbePlan,
+    jobs: int = 1,
+    log: Callable[[str], None] = print,
+    rounds: Rounds | None = None,
+    journal: Path | None = None,
 ) -> dict[str, Any]:
     """Run the probe in rounds of trajectories: ``first`` for every pair, then as many more as ``rounds``
     says the undecided pairs need (one round only without it), up to ``cap``; its raw output (plan,
-    checkpoints, one record per arm and batch, segments)."""
-    t0 = time.perf_counter()
+    checkpoints, one record per arm and batch, segments). ``journal``: the folder that keeps each finished
+    trajectory and resumes from those it holds (bench.paired.journal)."""
+    from bench.environment.fingerprint import fingerprint
+    from bench.paired.journal import Journal
+
     o = plan.options
+    kept = Journal(journal, describe(plan), fingerprint(next(iter(plan.labels.values())).threads or 1))
     seeds = list(dict.fromkeys(o.reference_seeds))
     have = dict.fromkeys((ref for ref, _ in plan.groups()), 0)
     want = dict.fromkeys(have, o.first)
@@ -158,7 +179,7 @@ def run_probe(
     with _pool(jobs) as pool:
         while any(want[r] > have[r] for r in have):
             new = {r: seeds[have[r] : want[r]] for r in have if want[r] > have[r]}
-            c, u, s = _round(plan, new, pool, jobs, log)
+            c, u, s = _round(plan, new, pool, jobs, log, kept)
             checkpoints, updates, segments = checkpoints + c, updates + u, segments + s
             have = {r: max(have[r], want[r]) for r in have}
             sizes.append(dict(have))
@@ -167,7 +188,7 @@ def run_probe(
             needs = rounds(_output(plan, checkpoints, updates, segments))
             want = {r: min(o.cap, max(have[r], needs.get(r, 0))) for r in have}
     return {**_output(plan, checkpoints, updates, segments), "rounds": sizes,
-            "wall_s": round(time.perf_counter() - t0, 1), "jobs": jobs}  # fmt: skip
+            "wall_s": round(kept.wall_s(), 1), "jobs": jobs}  # fmt: skip
 
 
 def _output(plan: ProbePlan, checkpoints: list, updates: list, segments: list) -> dict[str, Any]:
@@ -180,7 +201,7 @@ def _output(plan: ProbePlan, checkpoints: list, updates: list, segments: list) -
         "plan": describe(plan),
         "task": cfg.task.name,
         "model": cfg.model.name,
-        "checkpoints": [c.info() for c in sorted(checkpoints, key=lambda c: c.key)],
+        "checkpoints": sorted(checkpoints, key=lambda c: (c["reference"], c["seed"], c["phase"])),
         "updates": sorted(updates, key=key),
         "segments": sorted(segments, key=key),
         "fingerprint": fingerprint(cfg.threads or 1),

@@ -182,16 +182,35 @@ def test_the_specs_probe_design_is_the_probes_and_a_flag_overrides_it(template, 
         credit_probe.main([str(bad), "--dry_run"])
 
 
-def test_a_judges_probe_costs_grow_with_the_size_and_the_cap(template):
+def test_a_judges_probe_costs_grow_with_the_size_and_the_cap(template, tmp_path):
     """What the credit table's dry run sums: each probe's first round and cap in core seconds, at each size
     (the pace scaled by the model's matrix parameters)."""
     from bench.models.policy import tiny_matrix_params
 
     t = yaml.safe_load(template.read_text())
     template.write_text(yaml.safe_dump({**t, "credit_probe": {"first": 3, "cap": 9}}))
-    costs = judge_cli.probe_costs(["p_trace", "--sizes", "tiny-500k,tiny-2m", "--template", str(template)])
+    args = ["p_trace", "--sizes", "tiny-500k,tiny-2m", "--template", str(template), "--results_dir", str(tmp_path)]
+    costs = judge_cli.probe_costs(args)  # no probe done there yet
     assert list(costs) == ["tiny-500k", "tiny-2m"]
     (small, small_cap), (big, big_cap) = costs.values()
     assert 0 < small and small_cap == pytest.approx(3 * small)  # every pair at 9 trajectories against 3
     ratio = tiny_matrix_params("tiny-2m") / tiny_matrix_params("tiny-500k")
     assert big == pytest.approx(ratio * small, rel=0.5) and big > 2 * small
+
+
+def test_a_probe_already_done_costs_nothing_in_the_dry_run(template, tmp_path, capsys):
+    """A size whose probe has its records (at the rates asked for) is only reported again: the dry run says
+    so and the table's sum counts 0 core seconds for it, the other size its cost."""
+    import json
+
+    results = tmp_path / "results"
+    out = results / "probes" / "judge-p_trace"  # the first size's folder
+    out.mkdir(parents=True)
+    (out / "updates.json").write_text(json.dumps({"plan": {"options": {"lrs": [1e-4, 2e-4], "trajectory_lr": None}}}))
+    args = ["p_trace", "--sizes", "tiny-500k,tiny-2m", "--template", str(template), "--results_dir", str(results)]
+    assert judge_cli.main([*args, "--per_update_only", "--dry_run"]) == 0
+    printed = capsys.readouterr().out
+    assert f"credit probe at tiny-500k: done ({out}), its report only" in printed
+    assert printed.count("credit probe of judge-p_trace:") == 1  # tiny-2m's cost only
+    costs = judge_cli.probe_costs(args)
+    assert costs["tiny-500k"] == (0.0, 0.0) and costs["tiny-2m"][0] > 0

@@ -1,0 +1,76 @@
+"""What a probe has finished, kept as it goes so an interrupted probe resumes (``creditbench credit-probe``
+run again with the same arguments; a judge or ``table --credit --run`` likewise): each reference
+trajectory, once every batch and segment of its checkpoints is done, as one file of
+``<probe folder>/partial/`` (written whole, then renamed), with the plan and the numerics fingerprint it
+was made under. A resumed probe takes a journaled trajectory's records as they are -- a trajectory's
+records depend on its plan, seed and numerics only, not on which process or round made them
+(tests/paired/test_resume.py) -- and trains the rest; its wall time is the journaled trajectories'
+plus its own (work lost in the interruption is not counted). The folder goes once updates.json is
+written."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.atomic import write_atomic
+from bench.errors import CreditBenchError
+
+FOLDER = "partial"
+
+
+def _normal(obj: Any) -> Any:
+    return json.loads(json.dumps(obj))
+
+
+class Journal:
+    """The finished trajectories of one probe in ``folder`` (``None``: nothing kept, nothing resumed)."""
+
+    def __init__(self, folder: Path | None, plan: dict[str, Any], fingerprint: str):
+        self.folder, self.done = folder, {}
+        self.mark = time.perf_counter()  # since this process's last journaled trajectory (or its start)
+        if folder is None:
+            return
+        head = {"plan": _normal(plan), "fingerprint": fingerprint}
+        path = folder / "plan.json"
+        if path.is_file():
+            held = json.loads(path.read_text())
+            if held != head:
+                what = "numerics" if held.get("plan") == head["plan"] else "plan"
+                raise CreditBenchError(
+                    f"{folder} holds an interrupted probe of another {what} (fingerprint {held.get('fingerprint')}, "
+                    f"here {fingerprint}): move it away to start this probe afresh"
+                )
+            for f in sorted(folder.glob("trajectory-*.json")):
+                rec = json.loads(f.read_text())
+                self.done[(rec["reference"], rec["seed"])] = rec
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, json.dumps(head, indent=1) + "\n")
+
+    def get(self, reference: str, seed: int) -> dict[str, Any] | None:
+        """The journaled records of trajectory (``reference``, ``seed``): checkpoints, updates, segments."""
+        return self.done.get((reference, seed))
+
+    def add(self, reference: str, seed: int, checkpoints: list, updates: list, segments: list) -> None:
+        """Keep a finished trajectory, with the wall seconds since the last one this process kept."""
+        now = time.perf_counter()
+        rec = {"reference": reference, "seed": seed, "checkpoints": checkpoints, "updates": updates,
+               "segments": segments, "spent_s": round(now - self.mark, 3)}  # fmt: skip
+        self.mark = now
+        self.done[(reference, seed)] = rec
+        if self.folder is not None:
+            write_atomic(self.folder / f"trajectory-{reference}-seed{seed}.json", json.dumps(rec) + "\n")
+
+    def wall_s(self) -> float:
+        """The probe's wall time so far: every kept trajectory's seconds (this process's and earlier ones')
+        and this process's since its last."""
+        return sum(r["spent_s"] for r in self.done.values()) + time.perf_counter() - self.mark
+
+
+def resumable(out: Path) -> int:
+    """How many trajectories an interrupted probe in ``out`` has kept (0: none, or no journal)."""
+    folder = out / FOLDER
+    return len(list(folder.glob("trajectory-*.json"))) if (folder / "plan.json").is_file() else 0

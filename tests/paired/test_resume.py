@@ -1,0 +1,116 @@
+"""An interrupted probe resumes (bench.paired.journal): what it kept is taken as it is, the rest is trained,
+and the records are those of a probe never interrupted; a journal of another plan is refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.errors import CreditBenchError
+from tests.paired.test_paired import SPEC
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    from bench.paired.plan import ProbeOptions, probe_plan
+
+    spec = tmp_path_factory.mktemp("resume") / "probe-tiny.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    options = ProbeOptions(batches=2, phases=(0.0, 1.0), lrs=(2e-4,), first=3)
+    full = probe_plan(spec, options, tmp_path_factory.mktemp("results"))
+    return dataclasses.replace(full, pairs=full.pairs[:1])
+
+
+@pytest.fixture(scope="module")
+def whole(plan, tmp_path_factory):
+    from bench.paired.probe import run_probe
+
+    folder = tmp_path_factory.mktemp("whole") / "partial"
+    return run_probe(plan, log=lambda _: None, journal=folder), folder
+
+
+def test_a_probe_interrupted_after_one_trajectory_resumes_to_the_same_records(plan, whole, tmp_path):
+    """Stopped once the first of its three trajectories is kept, then run again: the second run trains only
+    the other two, and every record is the uninterrupted probe's."""
+    from bench.paired.probe import run_probe
+
+    folder, lines = tmp_path / "partial", []
+
+    def stop(line: str) -> None:
+        lines.append(line)
+        if len(list(folder.glob("trajectory-*.json"))) == 1:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        run_probe(plan, log=stop, journal=folder)
+    kept = json.loads(next(folder.glob("trajectory-*.json")).read_text())
+    assert kept["reference"] == "s_trace-twin" and kept["seed"] in (0, 1, 2) and kept["spent_s"] > 0
+    assert len(kept["checkpoints"]) == 2 and len(kept["updates"]) == 2 * 2 * 2  # checkpoints x batches x arms
+
+    lines.clear()
+    resumed = run_probe(plan, log=lines.append, journal=folder)
+    assert "2 reference trajectories" in lines[0] and "(1 more kept from before)" in lines[0]
+    full, _ = whole
+    for key in ("plan", "checkpoints", "updates", "segments", "rounds", "fingerprint"):
+        assert json.dumps(resumed[key]) == json.dumps(full[key]), key
+    assert resumed["wall_s"] >= kept["spent_s"]
+
+
+def test_the_journal_keeps_every_trajectory_with_its_plan(whole):
+    """A probe run whole has kept its three trajectories beside the plan it ran (the command removes the folder
+    once updates.json is written)."""
+    full, folder = whole
+    head = json.loads((folder / "plan.json").read_text())
+    assert head["plan"]["options"]["first"] == 3 and head["fingerprint"] == full["fingerprint"]
+    assert sorted(p.name for p in folder.glob("trajectory-*.json")) == [
+        "trajectory-s_trace-twin-seed0.json",
+        "trajectory-s_trace-twin-seed1.json",
+        "trajectory-s_trace-twin-seed2.json",
+    ]
+
+
+def test_a_journal_of_another_plan_is_refused_in_one_line(plan, whole):
+    """Another design (here, three batches) in the same folder: refused before any work, nothing touched."""
+    from bench.paired.probe import run_probe
+
+    _, folder = whole
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    other = dataclasses.replace(plan, options=dataclasses.replace(plan.options, batches=3))
+    with pytest.raises(CreditBenchError) as e:
+        run_probe(other, log=lambda _: None, journal=folder)
+    assert "holds an interrupted probe of another plan" in str(e.value) and "move it away" in str(e.value)
+    assert len(str(e.value).splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_the_dry_run_says_what_an_interrupted_probe_kept(plan, whole, tmp_path, capsys):
+    """``credit-probe --dry_run`` on a folder with a journal says how many trajectories a run would resume
+    from."""
+    from bench.cli import main
+
+    _, folder = whole
+    spec = tmp_path / "probe-tiny.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "probe"
+    out.mkdir()
+    for p in folder.iterdir():
+        (out / "partial").mkdir(exist_ok=True)
+        (out / "partial" / p.name).write_bytes(p.read_bytes())
+    assert main(["credit-probe", str(spec), "--dry_run", "--out", str(out), "--results_dir", str(tmp_path)]) == 0
+    said = capsys.readouterr().out
+    assert f"resuming: 3 reference trajectories kept by an interrupted run ({out / 'partial'})" in said
+    assert not (out / "updates.json").exists()
+
+
+def test_an_empty_folder_resumes_nothing(tmp_path):
+    from bench.paired.journal import resumable
+
+    assert resumable(tmp_path) == 0 and resumable(Path(tmp_path / "absent")) == 0
