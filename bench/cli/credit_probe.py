@@ -111,8 +111,8 @@ def planned(argv: list[str]):
 
 def main(argv: list[str]) -> int:
     from bench.errors import CreditBenchError
-    from bench.paired.journal import FOLDER, resumable
-    from bench.paired.probe import cost, run_probe, write
+    from bench.paired.journal import FOLDER
+    from bench.paired.probe import cost, journaled, run_probe, write
     from bench.report import per_update, per_update_files
     from bench.sweep.sweep import probe_dir, report_path
 
@@ -124,7 +124,8 @@ def main(argv: list[str]) -> int:
             raise CreditBenchError(f"{out / 'updates.json'} not found: run the probe first (without --report)")
         probe = json.loads((out / "updates.json").read_text())
     else:
-        c = cost(plan)
+        kept = journaled(plan, out / FOLDER)
+        c = cost(plan, kept)
         minutes = lambda k: f"about {c[k] / 60 / a.jobs:.1f} min on {a.jobs} core(s)" if c[k] else "pace unknown"  # noqa: E731
         print(
             f"credit probe of {plan.sweep}: {len(plan.pairs)} pair{'s' * (len(plan.pairs) != 1)}, first round "
@@ -134,8 +135,9 @@ def main(argv: list[str]) -> int:
         )
         for note in plan.notes:
             print(f"note: {note}")
-        if kept := resumable(out):
-            print(f"resuming: {kept} reference trajectories kept by an interrupted run ({out / FOLDER})")
+        if kept:
+            print(f"resuming: {kept} reference trajectories kept by an interrupted run ({out / FOLDER}), the cost "
+                  "above is what is left")  # fmt: skip
         if a.dry_run:
             return 0
         probe = run_probe(plan, a.jobs, rounds=per_update.needs, journal=out / FOLDER)

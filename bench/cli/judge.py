@@ -87,7 +87,8 @@ def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
     """Size -> the core seconds of the judge's probe there (its first round, every pair at the cap; 0 for a
     probe already done), for the judge ``argv`` asks for, once its spec is written (after a dry run)."""
     from bench.cli import credit_probe
-    from bench.paired.probe import cost
+    from bench.paired.journal import FOLDER
+    from bench.paired.probe import cost, journaled
     from bench.sweep.judge import write_spec
 
     a = parser().parse_args(argv)
@@ -100,7 +101,8 @@ def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
         if _resumed(_probe_out(j, size, a.results_dir), rates.get(size)):
             out[size] = (0.0, 0.0)
             continue
-        c = cost(credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates))[1])
+        plan = credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates))[1]
+        c = cost(plan, journaled(plan, _probe_out(j, size, a.results_dir) / FOLDER))
         out[size] = (c["core_s"], c["cap_core_s"])
     return out
 

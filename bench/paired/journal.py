@@ -33,22 +33,14 @@ class Journal:
         self.mark = time.perf_counter()  # since this process's last journaled trajectory (or its start)
         if folder is None:
             return
-        head = {"plan": _normal(plan), "fingerprint": fingerprint}
-        path = folder / "plan.json"
-        if path.is_file():
-            held = json.loads(path.read_text())
-            if held != head:
-                what = "numerics" if held.get("plan") == head["plan"] else "plan"
-                raise CreditBenchError(
-                    f"{folder} holds an interrupted probe of another {what} (fingerprint {held.get('fingerprint')}, "
-                    f"here {fingerprint}): move it away to start this probe afresh"
-                )
+        if _held(folder, plan, fingerprint):
             for f in sorted(folder.glob("trajectory-*.json")):
                 rec = json.loads(f.read_text())
                 self.done[(rec["reference"], rec["seed"])] = rec
         else:
             folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, json.dumps(head, indent=1) + "\n")
+            head = {"plan": _normal(plan), "fingerprint": fingerprint}
+            write_atomic(folder / "plan.json", json.dumps(head, indent=1) + "\n")
 
     def get(self, reference: str, seed: int) -> dict[str, Any] | None:
         """The journaled records of trajectory (``reference``, ``seed``): checkpoints, updates, segments."""
@@ -70,7 +62,22 @@ class Journal:
         return sum(r["spent_s"] for r in self.done.values()) + time.perf_counter() - self.mark
 
 
-def resumable(out: Path) -> int:
-    """How many trajectories an interrupted probe in ``out`` has kept (0: none, or no journal)."""
-    folder = out / FOLDER
-    return len(list(folder.glob("trajectory-*.json"))) if (folder / "plan.json").is_file() else 0
+def _held(folder: Path, plan: dict[str, Any], fingerprint: str) -> bool:
+    """Whether ``folder`` holds a journal (of this plan and numerics; another is refused in one line)."""
+    path = folder / "plan.json"
+    if not path.is_file():
+        return False
+    held = json.loads(path.read_text())
+    if held != {"plan": _normal(plan), "fingerprint": fingerprint}:
+        what = "numerics" if held.get("plan") == _normal(plan) else "plan"
+        raise CreditBenchError(
+            f"{folder} holds an interrupted probe of another {what} (fingerprint {held.get('fingerprint')}, "
+            f"here {fingerprint}): move it away to start this probe afresh"
+        )
+    return True
+
+
+def resumable(folder: Path, plan: dict[str, Any], fingerprint: str) -> int:
+    """How many trajectories the interrupted probe journaled in ``folder`` has kept for this plan (0: no
+    journal; one of another plan or numerics is refused), without writing anything."""
+    return len(list(folder.glob("trajectory-*.json"))) if _held(folder, plan, fingerprint) else 0

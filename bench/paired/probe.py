@@ -167,11 +167,10 @@ def run_probe(
     says the undecided pairs need (one round only without it), up to ``cap``; its raw output (plan,
     checkpoints, one record per arm and batch, segments). ``journal``: the folder that keeps each finished
     trajectory and resumes from those it holds (bench.paired.journal)."""
-    from bench.environment.fingerprint import fingerprint
     from bench.paired.journal import Journal
 
     o = plan.options
-    kept = Journal(journal, describe(plan), fingerprint(next(iter(plan.labels.values())).threads or 1))
+    kept = Journal(journal, describe(plan), _fingerprint(plan))
     seeds = list(dict.fromkeys(o.reference_seeds))
     have = dict.fromkeys((ref for ref, _ in plan.groups()), 0)
     want = dict.fromkeys(have, o.first)
@@ -191,6 +190,20 @@ def run_probe(
             "wall_s": round(kept.wall_s(), 1), "jobs": jobs}  # fmt: skip
 
 
+def _fingerprint(plan: ProbePlan) -> str:
+    from bench.environment.fingerprint import fingerprint
+
+    return fingerprint(next(iter(plan.labels.values())).threads or 1)
+
+
+def journaled(plan: ProbePlan, folder: Path) -> int:
+    """How many reference trajectories an interrupted run of ``plan`` kept in ``folder`` (its journal, which
+    must be of this plan and numerics: bench.paired.journal)."""
+    from bench.paired.journal import resumable
+
+    return resumable(folder, describe(plan), _fingerprint(plan))
+
+
 def _output(plan: ProbePlan, checkpoints: list, updates: list, segments: list) -> dict[str, Any]:
     from bench.environment.fingerprint import fingerprint
 
@@ -208,10 +221,11 @@ def _output(plan: ProbePlan, checkpoints: list, updates: list, segments: list) -
     }
 
 
-def cost(plan: ProbePlan) -> dict[str, float]:
+def cost(plan: ProbePlan, kept: int = 0) -> dict[str, float]:
     """What the probe's first round spends (``trajectories``: ``first`` per reference) and what it spends at
     most (every pair at ``cap``): trajectories' RL steps, updates, segment updates, and the seconds of one
-    core at the measured pace (scaled by the model's parameters)."""
+    core at the measured pace (scaled by the model's parameters), less the ``kept`` trajectories an
+    interrupted run has done (bench.paired.journal; each a trajectory's share of the work)."""
     from bench.models.policy import TINY_SIZES, tiny_matrix_params
 
     o = plan.options
@@ -232,6 +246,8 @@ def cost(plan: ProbePlan) -> dict[str, float]:
             "oracle_rollout": truths * oracle_batches * len(o.phases) * n * o.oracle_rollouts,
             "segment_update": arms * o.segment_batches * o.segment_steps * len(o.phases) * n,
         }
+        left = max(0, len(groups) * n - kept) / (len(groups) * n)
+        counts = {k: round(v * left) for k, v in counts.items()}
         out |= {f"{name}{k}": v for k, v in counts.items()}
         out[f"{name}core_s"] = sum(PACE_S[k] * v for k, v in counts.items()) * scale
     return out

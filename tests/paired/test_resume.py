@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -91,26 +90,44 @@ def test_a_journal_of_another_plan_is_refused_in_one_line(plan, whole):
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
-def test_the_dry_run_says_what_an_interrupted_probe_kept(plan, whole, tmp_path, capsys):
-    """``credit-probe --dry_run`` on a folder with a journal says how many trajectories a run would resume
-    from."""
-    from bench.cli import main
+def test_the_dry_run_says_what_an_interrupted_probe_kept_and_refuses_another_plans(tmp_path, capsys):
+    """``credit-probe --dry_run`` on a folder whose journal is of its own plan says how many trajectories a
+    run would resume from and costs only the rest; a journal of other options is refused in one line,
+    before any work."""
+    from bench.cli import credit_probe, main
+    from bench.paired.journal import Journal
+    from bench.paired.plan import describe
+    from bench.paired.probe import _fingerprint
 
-    _, folder = whole
     spec = tmp_path / "probe-tiny.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
     out = tmp_path / "probe"
-    out.mkdir()
-    for p in folder.iterdir():
-        (out / "partial").mkdir(exist_ok=True)
-        (out / "partial" / p.name).write_bytes(p.read_bytes())
-    assert main(["credit-probe", str(spec), "--dry_run", "--out", str(out), "--results_dir", str(tmp_path)]) == 0
+    args = [str(spec), "--out", str(out), "--results_dir", str(tmp_path), "--first", "3"]
+    plan = credit_probe.planned(args)[1]
+    journal = Journal(out / "partial", describe(plan), _fingerprint(plan))
+    journal.add("s_trace-twin", 0, [], [], [])  # a hand-made journal: one trajectory of three kept
+    assert main(["credit-probe", *args, "--dry_run"]) == 0
     said = capsys.readouterr().out
-    assert f"resuming: 3 reference trajectories kept by an interrupted run ({out / 'partial'})" in said
+    assert f"resuming: 1 reference trajectories kept by an interrupted run ({out / 'partial'})" in said
+    assert "first round 4 reference RL steps" in said  # the 2 trajectories left of 3, 2 RL steps each
     assert not (out / "updates.json").exists()
+    assert main(["credit-probe", *args[:-1], "4", "--dry_run"]) == 2  # four in the first round: another plan
+    err = capsys.readouterr().err.strip()
+    assert "holds an interrupted probe of another plan" in err and len(err.splitlines()) == 1
 
 
-def test_an_empty_folder_resumes_nothing(tmp_path):
-    from bench.paired.journal import resumable
+def test_the_cost_left_is_the_trajectories_not_kept(plan):
+    """Each kept trajectory takes its share of the first round's work off the cost (and of the cap's)."""
+    from bench.paired.probe import cost
 
-    assert resumable(tmp_path) == 0 and resumable(Path(tmp_path / "absent")) == 0
+    whole, less = cost(plan), cost(plan, kept=1)
+    assert whole["update"] == 3 * 2 * 2 * 2 and less["update"] == 2 * 2 * 2 * 2  # trajectories x phases x batches x arm
+    assert less["core_s"] == pytest.approx(whole["core_s"] * 2 / 3, rel=0.01)
+    assert less["cap_update"] == whole["cap_update"] * 11 // 12 and cost(plan, kept=99)["core_s"] == 0
+
+
+def test_a_folder_without_a_journal_resumes_nothing(plan, tmp_path):
+    from bench.paired.probe import journaled
+
+    assert journaled(plan, tmp_path) == 0 and journaled(plan, tmp_path / "absent") == 0
+    assert not (tmp_path / "absent").exists()  # nothing written
