@@ -257,8 +257,10 @@ def build(table: Table, results_dir: Path = Path("results")) -> dict[str, Any]:
                 cells[size]["quality"] = oracle.label_quality(reports, row.label)
         srep = sweep_dir(row, results_dir) / "report.json"
         end = _decision(json.loads(srep.read_text()), row.label) if srep.is_file() and table.end_to_end else None
+        kept = {s: len(list((probe_dir(row, s, table, results_dir) / "partial").glob("trajectory-*.json")))
+                for s in table.sizes if cells[s] is None}  # fmt: skip
         rows.append({"method": row.method, "label": row.label, "options": row.options, "why": row.why,
-                     "per_update": cells, "end_to_end": end})  # fmt: skip
+                     "per_update": cells, "end_to_end": end, "kept": {s: n for s, n in kept.items() if n}})  # fmt: skip
     quality = [oracle.across(rows, size, f"{table.name}-quality-{size}.png") for size in table.sizes]
     cost = _cost(table, results_dir)
     done = sum(c is not None for r in rows for c in r["per_update"].values())
@@ -297,9 +299,9 @@ def rate(c: dict[str, Any]) -> str:
     return f"{at} {c['lr_method']:g}"
 
 
-def _update_text(c: dict[str, Any] | None) -> str:
-    if c is None:
-        return "not measured yet"
+def _update_text(c: dict[str, Any] | None, kept: int = 0) -> str:
+    if c is None:  # an interrupted probe's kept trajectories (bench.paired.journal): it resumes from them
+        return "not measured yet" + (f" (under way: {kept} trajectories kept)" if kept else "")
     rel = c.get("relative") or {}
     share = f", {fmt.rounded(100 * rel['mean'], 0, signed=True)}% of the twin's gain" if rel else ""
     if not rel and "gain_control" in c:  # no share: the twin's own gain is not resolved above 0 here
@@ -334,7 +336,7 @@ def markdown(data: dict[str, Any]) -> str:
     body = []
     for r in data["rows"]:
         name = f"`{r['label']}`" + (f" ({r['method']})" if r["label"] != r["method"] else "")
-        cells = [_update_text(r["per_update"][s]) for s in sizes]
+        cells = [_update_text(r["per_update"][s], r.get("kept", {}).get(s, 0)) for s in sizes]
         body.append([name, *cells] + ([_end_text(r["end_to_end"])] if end else []))
     cells = data["cells"]
     lines = [

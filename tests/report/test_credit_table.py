@@ -78,6 +78,14 @@ def test_cells_come_from_the_judges_folders_and_a_row_may_read_another_sweep(tmp
             "better at 0.0001; inconclusive at 0.0002 | not measured yet | +3.9 [+0.1, +7.6], 18 seeds: **better** |"
             ) in md  # fmt: skip
     assert "Measured 1 of 4 per-update cells, 1 resolved; 1 of 2 end-to-end comparisons decided." in md
+    # an interrupted probe's journal (bench.paired.journal): the cell says how far it got
+    for seed in (0, 1):
+        partial = res / "probes" / "judge-m-tiny-2m" / "partial"
+        partial.mkdir(parents=True, exist_ok=True)
+        (partial / f"trajectory-m-twin-seed{seed}.json").write_text("{}")
+    again = ct.build(table, res)
+    assert again["rows"][0]["kept"] == {"tiny-2m": 2} and again["rows"][1]["kept"] == {}
+    assert "| not measured yet (under way: 2 trajectories kept) | +3.9" in ct.markdown(again)
     # without a tuned setting: the lowest rate's comparison
     _write(res / "probes" / "judge-m-tiny-2m", {"comparisons": PROBE["comparisons"][:1] + PROBE["comparisons"][2:3]})
     assert ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"]["lr_method"] == 1e-4
