@@ -138,11 +138,17 @@ def quality_figure(q: dict[str, Any], path) -> None:
     plt.close(fig)
 
 
+SCORES = ("rank_corr", "worst_excess")
+ACROSS_LEVEL = 1 - 0.05 / len(SCORES)
+"""The level of each score's interval across methods: 95% simultaneous over the two scores (Bonferroni)."""
+
+
 def across(rows: list[dict[str, Any]], size: str, figure: str) -> dict[str, Any]:
     """Does credit that looks right make a better update? Each method at ``size`` with its credit-quality
     scores (label_quality) and its per-update effect over its twin (with its interval), and Pearson's
     r across methods of the effect with the rank correlation and with the worst step's excess share (over
-    uniform's); ``figure``: the scatter's file name beside the table (quality_figure)."""
+    uniform's), each with its interval at ACROSS_LEVEL and the lowest r with one method left out (where
+    one point carries it); ``figure``: the scatter's file name beside the table (quality_figure)."""
     points = []
     for r in rows:
         c = r["per_update"][size]
@@ -152,9 +158,14 @@ def across(rows: list[dict[str, Any]], size: str, figure: str) -> dict[str, Any]
             points.append({"label": r["label"], "effect": c["mean"], "lo": c["lo"], "hi": c["hi"],
                            "rank_corr": q["rank_corr"], "worst_excess": excess})  # fmt: skip
     out: dict[str, Any] = {"size": size, "points": points, "figure": figure}
-    for key in ("rank_corr", "worst_excess"):
+    for key in SCORES:
         kept = [p for p in points if p[key] is not None]
-        out[key] = correlation([p[key] for p in kept], [p["effect"] for p in kept])
+        out[key] = correlation([p[key] for p in kept], [p["effect"] for p in kept], ACROSS_LEVEL)
+        if out[key] is not None:  # the lowest r with one method left out: does one point carry it?
+            drops = [(correlation([p[key] for p in kept if p is not d], [p["effect"] for p in kept if p is not d],
+                                  ACROSS_LEVEL), d["label"]) for d in kept]  # fmt: skip
+            low = min(((c["r"], label) for c, label in drops if c is not None), default=None)
+            out[key]["without"] = None if low is None else {"r": low[0], "label": low[1]}
     return out
 
 
@@ -166,7 +177,9 @@ def across_text(q: dict[str, Any]) -> list[str]:
     def r_text(name: str, c: dict[str, float] | None) -> str:
         if c is None:
             return f"{name}: too few methods for a correlation (4 needed)"
-        return f"{name}: r = {c['r']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] over {c['n']} methods"
+        text = f"{name}: r = {c['r']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] over {c['n']} methods"
+        low = c.get("without")
+        return text + (f" (at least {low['r']:+.2f} with one left out, without `{low['label']}`)" if low else "")
 
     body = [[f"`{p['label']}`", f"{p['effect']:+.2f}", "–" if p["rank_corr"] is None else f"{p['rank_corr']:+.3f}",
              "–" if p["worst_excess"] is None else f"{p['worst_excess']:+.3f}"] for p in q["points"]]  # fmt: skip
@@ -175,7 +188,7 @@ def across_text(q: dict[str, Any]) -> list[str]:
         f"Credit against the true advantage at {q['size']} (the probe's batches that measure it): each method's "
         "per-update effect over its twin beside its credit's rank correlation with the Monte-Carlo step advantages "
         "and the excess share of a failed completion's negative credit on its worst step (over uniform credit's). "
-        "Pearson's r across methods with its 95% Fisher-z interval, "
+        "Pearson's r across methods with its Fisher-z interval (95% simultaneous over the two scores, Bonferroni), "
         + r_text("rank correlation", q.get("rank_corr"))
         + "; "
         + r_text("worst-step excess", q.get("worst_excess"))

@@ -351,10 +351,22 @@ def test_credit_quality_beside_the_effect_across_methods():
     q = oracle.across(rows, "tiny-500k", "t-quality-tiny-500k.png")
     assert [p["label"] for p in q["points"]] == ["m0", "m1", "m2", "m3"]
     assert q["rank_corr"]["r"] == pytest.approx(0.8) and q["worst_excess"]["r"] == pytest.approx(0.7745967)
+    # at 97.5% (Bonferroni over the two scores): atanh(0.8) -+ 2.241403 / sqrt(1)
+    assert q["rank_corr"]["lo"] == pytest.approx(math.tanh(math.atanh(0.8) - 2.241403), abs=1e-6)
+    assert q["rank_corr"]["without"] is None  # three methods left: too few for a correlation
     text = "\n".join(oracle.across_text(q))
     assert (
-        "rank correlation: r = +0.80 [-0.70, +1.00] over 4 methods" in text
+        "rank correlation: r = +0.80 [-0.82, +1.00] over 4 methods;" in text
         and "| `m0` | +1.00 | +0.100 | +0.000 |" in text
+    )
+    # five methods: leaving out m4 (the point that carries it) leaves r = 0.8 of the four above
+    rows.append({"label": "m4", "per_update": {"tiny-500k": {"mean": 9.0, "lo": 8.0, "hi": 10.0, "quality": {
+                 "rank_corr": 0.9, "worst_share": 0.5, "worst_uniform": 0.25}}}})  # fmt: skip
+    five = oracle.across(rows, "tiny-500k", "t.png")["rank_corr"]
+    assert five["n"] == 5 and five["r"] > 0.9 and five["without"]["label"] == "m4"
+    assert five["without"]["r"] == pytest.approx(0.8)
+    assert "over 5 methods (at least +0.80 with one left out, without `m4`)" in "\n".join(
+        oracle.across_text(oracle.across(rows, "tiny-500k", "t.png"))
     )
     assert text.endswith("![credit quality against the per-update effect at tiny-500k](t-quality-tiny-500k.png)")
 
