@@ -339,6 +339,13 @@ class Method:
         rollouts, which a sample budget cannot stop at exactly (such a config is refused under one)."""
         return False
 
+    @property
+    def augment_rollouts(self) -> int:
+        """K where ``augment`` samples K continuations from the state before every step of each completion
+        (VinePPO's Monte-Carlo values): what a probe's dry run charges it, at the pace of the oracle's true
+        advantages (bench.paired.probe.PACE_S); 0 where it samples none, or only a few (one state each)."""
+        return 0
+
     def keep_groups(self, batch: RolloutBatch) -> Tensor | None:
         """[num_groups] bool: the groups to train on, or None for all. Dropped groups are replaced
         by groups of fresh prompts, up to ``generation_rounds`` rollout batches per step."""

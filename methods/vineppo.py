@@ -109,6 +109,11 @@ class VinePPO(GRPO):
     placebo_control = True  # its credit weights tokens (by step) at the first update: the placebo moves them
     summary = ("vine_value", "vine_value_se")  # the mean estimated value and its Monte-Carlo SE, per run
 
+    @property
+    def augment_rollouts(self) -> int:
+        """K at every step; the twin's one state per completion (its V_0) is a tenth of that, not charged."""
+        return self.config.mc_rollouts if self.config.segmentation == "delimiter" else 0
+
     def credit(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         mask = batch.completion_mask.float()
         if ADVANTAGE in batch.extra:

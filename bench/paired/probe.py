@@ -19,8 +19,9 @@ PACE_S = {"trajectory_step": 0.75, "update": 0.45, "segment_update": 0.75, "orac
 from the whole embedded probe (2,880 paired updates, a quarter of the batches measuring blame alignment,
 the arms sharing their scoring and first gradient; results/benchmarks/probe_cost.md), less its trajectories'
 steps; an oracle's true advantages cost ``oracle_rollout`` a batch for each of the K continuations per state
-(1.36 s at K = 9 on chain, 16 x 8 samples: results/benchmarks/oracle_cost.md). The dry run scales them by the
-model's parameters."""
+(1.36 s at K = 9 on chain, 16 x 8 samples: results/benchmarks/oracle_cost.md), and so do a method's own
+Monte-Carlo values (Method.augment_rollouts; VinePPO's step at K = 9 takes 1.69 s a batch there, its twin's
+update 0.31 s). The dry run scales them by the model's parameters."""
 
 
 def _threads(n: int) -> None:
@@ -236,6 +237,7 @@ def cost(plan: ProbePlan, kept: int = 0) -> dict[str, float]:
     oracles = sum(1 for _, labels in groups for a in plan.arms(labels) if a.cfg.method.oracle)
     truths = sum(1 for _, labels in groups if any(plan.labels[x].method.oracle for x in labels))
     oracle_batches = o.batches if o.oracle_batches is None else o.oracle_batches
+    augments = sum(_augment_rollouts(plan, labels) for _, labels in groups)
     size = cfg.model.name  # another model's pace is not measured: 0, "unknown"
     scale = tiny_matrix_params(size) / tiny_matrix_params("tiny-500k") if size in TINY_SIZES else 0.0
     out: dict[str, float] = {}
@@ -243,7 +245,7 @@ def cost(plan: ProbePlan, kept: int = 0) -> dict[str, float]:
         counts = {
             "trajectory_step": len(groups) * n * steps,
             "update": (arms * o.batches + oracles * oracle_batches) * len(o.phases) * n,
-            "oracle_rollout": truths * oracle_batches * len(o.phases) * n * o.oracle_rollouts,
+            "oracle_rollout": (truths * oracle_batches * o.oracle_rollouts + augments * o.batches) * len(o.phases) * n,
             "segment_update": arms * o.segment_batches * o.segment_steps * len(o.phases) * n,
         }
         left = max(0, len(groups) * n - kept) / (len(groups) * n)
@@ -251,6 +253,22 @@ def cost(plan: ProbePlan, kept: int = 0) -> dict[str, float]:
         out |= {f"{name}{k}": v for k, v in counts.items()}
         out[f"{name}core_s"] = sum(PACE_S[k] * v for k, v in counts.items()) * scale
     return out
+
+
+def _augment_rollouts(plan: ProbePlan, labels: list[str]) -> int:
+    """The continuations per state that the methods of one reference's ``labels`` sample in ``augment`` on a
+    batch (Method.augment_rollouts): once for arms that augment alike (rates of one label, a method and its
+    placebo: bench.paired.update.draw), at the oracle's pace."""
+    from bench.options import build_config
+    from bench.registry import METHODS
+
+    alike = {}
+    for label in labels:
+        m = plan.labels[label].method
+        cls = METHODS.get(m.name)
+        key = (m.name, repr(sorted((m.options or {}).items())), m.oracle)
+        alike[key] = cls(build_config(cls.Config, m.options, f"method {m.name!r}")).augment_rollouts
+    return sum(alike.values())
 
 
 def write(out: dict[str, Any], folder: str | Path) -> Path:

@@ -131,3 +131,21 @@ def test_a_folder_without_a_journal_resumes_nothing(plan, tmp_path):
 
     assert journaled(plan, tmp_path) == 0 and journaled(plan, tmp_path / "absent") == 0
     assert not (tmp_path / "absent").exists()  # nothing written
+
+
+def test_a_method_s_own_continuations_are_costed(plan):
+    """VinePPO samples K continuations from every step's state in ``augment``: the dry run charges them at the
+    oracle's pace, once for the method and its placebo (they augment alike), nothing for the twin's V_0."""
+    from bench.paired.probe import PACE_S, cost
+
+    def vine(cfg, options):
+        return dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, name="vineppo", options=options))
+
+    twin = {"segmentation": "whole"}
+    labels = {k: vine(c, twin if k.endswith("twin") else {"mc_rollouts": 3}) for k, c in plan.labels.items()}
+    whole, vineppo = cost(plan), cost(dataclasses.replace(plan, labels=labels))
+    assert whole["oracle_rollout"] == 0 and vineppo["oracle_rollout"] == 3 * 2 * 2 * 3  # K x batches x phases x n
+    assert vineppo["update"] == whole["update"] and vineppo["cap_oracle_rollout"] == 3 * 2 * 2 * 12
+    scale = whole["core_s"] / sum(PACE_S[k] * whole[k] for k in PACE_S)  # the model's size against tiny-500k
+    assert scale > 0
+    assert vineppo["core_s"] - whole["core_s"] == pytest.approx(36 * PACE_S["oracle_rollout"] * scale)
