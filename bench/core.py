@@ -342,7 +342,7 @@ class Method:
     @property
     def augment_rollouts(self) -> int:
         """K where ``augment`` samples K continuations from the state before every step of each completion
-        (VinePPO's Monte-Carlo values): what a probe's dry run charges it, at the pace of the oracle's true
+        (Monte-Carlo step values): what a probe's dry run charges it, at the pace of the oracle's true
         advantages (bench.paired.probe.PACE_S); 0 where it samples none, or only a few (one state each)."""
         return 0
 

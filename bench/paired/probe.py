@@ -20,8 +20,8 @@ from the whole embedded probe (2,880 paired updates, a quarter of the batches me
 the arms sharing their scoring and first gradient; results/benchmarks/probe_cost.md), less its trajectories'
 steps; an oracle's true advantages cost ``oracle_rollout`` a batch for each of the K continuations per state
 (1.36 s at K = 9 on chain, 16 x 8 samples: results/benchmarks/oracle_cost.md), and so do a method's own
-Monte-Carlo values (Method.augment_rollouts; VinePPO's step at K = 9 takes 1.69 s a batch there, its twin's
-update 0.31 s). The dry run scales them by the model's parameters."""
+Monte-Carlo values (Method.augment_rollouts: a method's step with its own values at K = 9 takes 1.69 s a batch
+there, its twin's update 0.31 s). The dry run scales them by the model's parameters."""
 
 
 def _threads(n: int) -> None:
@@ -258,16 +258,16 @@ def cost(plan: ProbePlan, kept: int = 0) -> dict[str, float]:
 def _augment_rollouts(plan: ProbePlan, labels: list[str]) -> int:
     """The continuations per state that the methods of one reference's ``labels`` sample in ``augment`` on a
     batch (Method.augment_rollouts): once for arms that augment alike (rates of one label, a method and its
-    placebo: bench.paired.update.draw), at the oracle's pace."""
-    from bench.options import build_config
-    from bench.registry import METHODS
+    placebo), keyed as bench.paired.update.draw shares them."""
+    from bench.run.resolve import resolve
 
     alike = {}
     for label in labels:
-        m = plan.labels[label].method
-        cls = METHODS.get(m.name)
-        key = (m.name, repr(sorted((m.options or {}).items())), m.oracle)
-        alike[key] = cls(build_config(cls.Config, m.options, f"method {m.name!r}")).augment_rollouts
+        method = resolve(plan.labels[label]).method
+        inner = getattr(method, "method", method)  # a placebo augments as its method does
+        alike[(type(inner).__name__, repr(getattr(inner, "config", None)), getattr(method, "oracle", False))] = (
+            method.augment_rollouts
+        )
     return sum(alike.values())
 
 
