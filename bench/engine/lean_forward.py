@@ -48,7 +48,18 @@ def _transformers_api() -> bool:
         and {"config", "inputs_embeds", "attention_mask", "cache", "position_ids"} <= set(mask_args)
         and hasattr(sdpa_attention, "sdpa_attention_forward")
         and hasattr(DynamicCache, "update")
+        and cache_name() == "cache"
     )
+
+
+@functools.lru_cache(maxsize=1)
+def cache_name() -> str:
+    """The keyword a transformers model's forward (and ``generate``) takes its KV cache by, and the
+    attribute its output returns it in: ``cache`` since transformers renamed it (the old name still
+    works there until 5.40, with a deprecation warning), ``past_key_values`` before."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" if "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {}) else "past_key_values"
 
 
 def _check(model) -> bool:
@@ -112,15 +123,14 @@ def forward(
     input_ids: Tensor,
     attention_mask: Tensor | None = None,
     position_ids: Tensor | None = None,
-    past_key_values=None,
+    cache=None,
     use_cache: bool = False,
     logits_to_keep: int = 0,
     valid: Tensor | None = None,
     head: bool = True,
 ):
-    """``model(input_ids=..., attention_mask=..., position_ids=..., past_key_values=..., use_cache=...,
-    logits_to_keep=...)``, for a model :func:`supports`: an object with ``logits`` and
-    ``past_key_values``.
+    """``model(input_ids=..., attention_mask=..., position_ids=..., cache=..., use_cache=...,
+    logits_to_keep=...)``, for a model :func:`supports`: an object with ``logits`` and ``cache``.
 
     ``valid`` ([B, S] bool): the positions whose outputs are read and which later positions attend
     to. Everything computed a position at a time (norms, projections, rotary, MLP, logits) then runs
@@ -138,7 +148,6 @@ def forward(
     inner = model.model
     cfg = model.config
     hidden = inner.embed_tokens(input_ids)
-    cache = past_key_values
     if use_cache and cache is None:
         cache = DynamicCache(config=cfg)
     if position_ids is None:
@@ -215,7 +224,7 @@ def _scatter(t: Tensor, index: Tensor) -> Tensor:
 
 
 class _Output:
-    __slots__ = ("logits", "past_key_values", "hidden")
+    __slots__ = ("logits", "cache", "hidden")
 
-    def __init__(self, logits: Tensor | None, past_key_values, hidden: Tensor | None = None) -> None:
-        self.logits, self.past_key_values, self.hidden = logits, past_key_values, hidden
+    def __init__(self, logits: Tensor | None, cache, hidden: Tensor | None = None) -> None:
+        self.logits, self.cache, self.hidden = logits, cache, hidden

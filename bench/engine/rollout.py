@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from bench.config import SamplingConfig
+from bench.engine.lean_forward import cache_name
 from bench.engine.scoring import shared_prefix_cache
 
 
@@ -166,7 +167,7 @@ class HFRolloutEngine:
             # each process generates on its own: under FSDP the weights are gathered whole before the
             # rollouts (ShardPlan.gathered), so no per-token sync between processes is needed
             synced_gpus=False,
-            **({} if cache is None else {"past_key_values": cache}),
+            **({} if cache is None else {cache_name(): cache}),
         )
 
 
@@ -266,9 +267,9 @@ def lean_decode(
                 input_ids=step_ids,
                 attention_mask=attn.step(t),
                 position_ids=step_pos,
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{cache_name(): cache},
             )
             .logits[:, -1]
             .float()

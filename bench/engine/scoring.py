@@ -117,7 +117,7 @@ def shared_prefix_cache(model, prompt_ids, prompt_mask, position_ids, masked: bo
         {"attention_mask": prompt_mask[first, : P - 1], "position_ids": position_ids[first, : P - 1]} if masked else {}
     )
     out = model(input_ids=prompt_ids[first, : P - 1], use_cache=True, logits_to_keep=1, **kwargs)
-    cache = getattr(out, "past_key_values", None)
+    cache = getattr(out, lean_forward.cache_name(), None)
     if type(cache) is not DynamicCache or any(type(layer) is not DynamicLayer for layer in cache.layers):
         return None
     cache.batch_select_indices(inverse)
@@ -202,7 +202,7 @@ def _score(model, prompt_ids, prompt_mask, completion_ids, completion_mask, asks
     norm, captured, handle = _norm_hook(model, asks.with_hidden, off, T)
     kwargs = {"output_hidden_states": True} if asks.with_hidden and norm is None else {}
     if cache is not None:
-        kwargs.update(past_key_values=cache, use_cache=True)
+        kwargs.update({lean_forward.cache_name(): cache, "use_cache": True})
     masks = prompt_mask[:, start:], completion_mask
     plain = handle is None and not kwargs.get("output_hidden_states")
     call = _forward_call(model, plain, masks, head=not chunk, packed=asks.packed)

@@ -74,9 +74,7 @@ class Separate:
         self.model = model
 
     def logits(self, ids: Tensor, cache, keep: int) -> Tensor:
-        out = lean_forward.forward(
-            self.model, ids[0], past_key_values=cache, use_cache=cache is not None, logits_to_keep=keep
-        )
+        out = lean_forward.forward(self.model, ids[0], cache=cache, use_cache=cache is not None, logits_to_keep=keep)
         return out.logits[None]
 
     def new_cache(self):

@@ -134,13 +134,13 @@ def test_lean_forward_is_the_model_to_the_bit(tiny):
         assert all(torch.equal(u, v) for u, v in zip(ga, gb))
     model.zero_grad()
     with torch.no_grad():  # a prefill, then a decode step with the cache
-        ca = model(input_ids=x[:, :-1], attention_mask=mask[:, :-1], use_cache=True).past_key_values
-        cb = lean_forward.forward(model, x[:, :-1], attention_mask=mask[:, :-1], use_cache=True).past_key_values
+        ca = model(input_ids=x[:, :-1], attention_mask=mask[:, :-1], use_cache=True).cache
+        cb = lean_forward.forward(model, x[:, :-1], attention_mask=mask[:, :-1], use_cache=True).cache
         for u, v in zip(ca.layers, cb.layers):
             assert torch.equal(u.keys, v.keys) and torch.equal(u.values, v.values)
         step = {"attention_mask": mask, "position_ids": positions[:, -1:], "use_cache": True, "logits_to_keep": 1}
-        la = model(input_ids=x[:, -1:], past_key_values=ca, **step).logits
-        lb = lean_forward.forward(model, x[:, -1:], past_key_values=cb, **step).logits
+        la = model(input_ids=x[:, -1:], cache=ca, **step).logits
+        lb = lean_forward.forward(model, x[:, -1:], cache=cb, **step).logits
         assert torch.equal(la, lb)
 
 
