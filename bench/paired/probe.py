@@ -79,13 +79,16 @@ class _Inline:
 
 
 def _pool(jobs: int):
-    """``jobs`` spawned worker processes kept for the whole probe (each imports once and keeps the
-    workspace of the checkpoint it last worked on), or :class:`_Inline` for 1."""
+    """``jobs`` spawned worker processes kept for the whole probe (each imports once, quiets the libraries
+    as the command line does, and keeps the workspace of the checkpoint it last worked on), or
+    :class:`_Inline` for 1."""
     if jobs <= 1:
         return _Inline()
     import multiprocessing
 
-    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    from bench.run.args import quiet_libraries
+
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=quiet_libraries)
 
 
 def _parts(batches: int, checkpoints: int, jobs: int) -> int:

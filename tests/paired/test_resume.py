@@ -149,3 +149,24 @@ def test_a_method_s_own_continuations_are_costed(plan):
     scale = whole["core_s"] / sum(PACE_S[k] * whole[k] for k in PACE_S)  # the model's size against tiny-500k
     assert scale > 0
     assert vineppo["core_s"] - whole["core_s"] == pytest.approx(36 * PACE_S["oracle_rollout"] * scale)
+
+
+def _library_levels() -> tuple[int, int]:
+    import logging
+
+    import lightning.pytorch  # noqa: F401  (sets its loggers to INFO on import)
+
+    return tuple(
+        logging.getLogger(n).getEffectiveLevel() for n in ("transformers", "lightning.pytorch.utilities.rank_zero")
+    )
+
+
+def test_the_probe_s_worker_processes_are_quiet_as_the_command_line():
+    """Each spawned worker silences the libraries' INFO logging (Lightning's tips, ``fit`` stopped at
+    max_steps) as the command line does, so a probe's log holds what the probe says."""
+    import logging
+
+    from bench.paired.probe import _pool
+
+    with _pool(2) as pool:
+        assert pool.submit(_library_levels).result() == (logging.WARNING, logging.WARNING)
