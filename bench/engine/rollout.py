@@ -260,7 +260,7 @@ def lean_decode(
     attn = _DecodeMask(mask, max_new_tokens, prebuilt=lean)
     rows = torch.arange(B, device=ids.device)  # the rows still generating, in batch order
     unfinished = torch.ones(B, dtype=torch.bool, device=ids.device)
-    out = [ids]
+    out, past = [ids], {cache_name(): cache}  # the cache's keyword, looked up once
     for t in range(max_new_tokens):
         logits = (
             call(
@@ -269,7 +269,7 @@ def lean_decode(
                 position_ids=step_pos,
                 use_cache=True,
                 logits_to_keep=1,
-                **{cache_name(): cache},
+                **past,
             )
             .logits[:, -1]
             .float()

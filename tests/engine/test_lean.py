@@ -197,3 +197,20 @@ def test_lean_forward_on_the_valid_positions_is_the_model_there(tiny, dtype):
     kept = valid[:, -12:]
     assert torch.equal(a[kept], b[kept])
     assert not b[~kept].any()
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_the_cache_goes_by_the_installed_transformers_name(tiny, lean):
+    """The prompt cache and the decode steps pass the KV cache by the name the installed transformers
+    takes (no deprecation warning from the model's forward or ``generate``), on both decode paths."""
+    import warnings
+
+    model, tok = tiny
+    hooked = copy.deepcopy(model)
+    hooked.model.norm.register_forward_hook(lambda *a: None)  # the model's own forward in lean_decode
+    assert not lean_forward.supports(hooked)
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HFRolloutEngine(hooked, tok, lean=lean).generate(PROMPTS, 2, sampling)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
