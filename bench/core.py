@@ -346,6 +346,14 @@ class Method:
         advantages (bench.paired.probe.PACE_S); 0 where it samples none, or only a few (one state each)."""
         return 0
 
+    @property
+    def update_pace(self) -> float:
+        """What this config's update (its scoring, credit, loss, backward and step, and an ``augment`` that only
+        scores) costs against GRPO's on the same model and adapter, as bench/perf/methods.py measures it
+        (results/benchmarks/methods_update.md): what a probe's dry run charges each of its updates; 1 where
+        the benchmark finds no difference."""
+        return 1.0
+
     def keep_groups(self, batch: RolloutBatch) -> Tensor | None:
         """[num_groups] bool: the groups to train on, or None for all. Dropped groups are replaced
         by groups of fresh prompts, up to ``generation_rounds`` rollout batches per step."""

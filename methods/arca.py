@@ -189,6 +189,12 @@ class ARCA(GRPO):
     def trust_region(self) -> bool:
         return self.config.objective == "clipped"
 
+    @property
+    def update_pace(self) -> float:
+        """The residual's adapter-off (and, separate, adapter-on) passes: 1.55x GRPO's update under the same
+        LoRA adapter, measured at the default config (results/benchmarks/methods_update.md)."""
+        return 1.55 if self.config.signal == "residual" else 1.0
+
     def salience(self, batch: RolloutBatch) -> Tensor:  # [B, T]
         cfg = self.config
         if cfg.signal == "residual":

@@ -165,6 +165,8 @@ class GCPO(DAPO):
         "(Li, Kallidromitis, Gokul et al. 2026), arXiv 2605.29198"
     )
 
+    update_pace = 1.31  # its negative-prompt forward: results/benchmarks/methods_update.md, against GRPO
+
     def augment(self, batch: RolloutBatch, sampler: Sampler) -> RolloutBatch:
         """Score every completion under its negative prompt (one no-grad forward, no generation)."""
         cfg = self.config

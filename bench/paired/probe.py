@@ -21,7 +21,12 @@ the arms sharing their scoring and first gradient; results/benchmarks/probe_cost
 steps; an oracle's true advantages cost ``oracle_rollout`` a batch for each of the K continuations per state
 (1.36 s at K = 9 on chain, 16 x 8 samples: results/benchmarks/oracle_cost.md), and so do a method's own
 Monte-Carlo values (Method.augment_rollouts: a method's step with its own values at K = 9 takes 1.69 s a batch
-there, its twin's update 0.31 s). The dry run scales them by the model's parameters."""
+there, its twin's update 0.31 s). The dry run scales them by the model's parameters, and an update (a
+trajectory's RL step) by its label's pace (:func:`label_pace`)."""
+
+LORA_PACE = 1.17
+"""An update under a LoRA adapter against the full model's (GRPO at tiny-500k, 1.450 s against 1.237 s at
+T=256: results/benchmarks/methods_update.md), and a trajectory's RL step with it."""
 
 
 def _threads(n: int) -> None:
@@ -230,19 +235,22 @@ def cost(plan: ProbePlan, kept: int = 0) -> dict[str, float]:
     most (every pair at ``cap``): trajectories' RL steps, updates, segment updates, and the seconds of one
     core at the measured pace (scaled by the model's parameters), less the ``kept`` trajectories an
     interrupted run has done (bench.paired.journal; each a trajectory's share of the work)."""
-    from bench.models.policy import TINY_SIZES, tiny_matrix_params
-
     o = plan.options
     cfg = next(iter(plan.labels.values()))
     steps = -(-plan.budget // (cfg.rl.prompts_per_step * cfg.rl.group_size))
     groups = plan.groups()
-    arms = sum(1 for _, labels in groups for a in plan.arms(labels) if not a.cfg.method.oracle)
-    oracles = sum(1 for _, labels in groups for a in plan.arms(labels) if a.cfg.method.oracle)
+    every = [a for _, labels in groups for a in plan.arms(labels)]
+    arms = sum(1 for a in every if not a.cfg.method.oracle)
+    oracles = len(every) - arms
     truths = sum(1 for _, labels in groups if any(plan.labels[x].method.oracle for x in labels))
     oracle_batches = o.batches if o.oracle_batches is None else o.oracle_batches
     augments = sum(_augment_rollouts(plan, labels) for _, labels in groups)
-    size = cfg.model.name  # another model's pace is not measured: 0, "unknown"
-    scale = tiny_matrix_params(size) / tiny_matrix_params("tiny-500k") if size in TINY_SIZES else 0.0
+    pace = {label: label_pace(plan, label) for label in plan.labels}
+    per_arm = {  # the pace-weighted arms of a batch, its trajectories' steps and its segments
+        "trajectory_step": sum(pace[reference] for reference, _ in groups) * steps,
+        "update": sum(pace[a.label] * (oracle_batches if a.cfg.method.oracle else o.batches) for a in every),
+        "segment_update": sum(pace[a.label] for a in every if not a.cfg.method.oracle) * o.segment_batches,
+    }
     out: dict[str, float] = {}
     for name, n in (("", o.first), ("cap_", o.cap)):
         counts = {
@@ -254,8 +262,36 @@ def cost(plan: ProbePlan, kept: int = 0) -> dict[str, float]:
         left = max(0, len(groups) * n - kept) / (len(groups) * n)
         counts = {k: round(v * left) for k, v in counts.items()}
         out |= {f"{name}{k}": v for k, v in counts.items()}
-        out[f"{name}core_s"] = sum(PACE_S[k] * v for k, v in counts.items()) * scale
+        weighted = counts | {
+            "trajectory_step": per_arm["trajectory_step"] * n * left,
+            "update": per_arm["update"] * len(o.phases) * n * left,
+            "segment_update": per_arm["segment_update"] * o.segment_steps * len(o.phases) * n * left,
+        }
+        out[f"{name}core_s"] = charge(weighted, cfg.model.name)
     return out
+
+
+def charge(work: dict[str, float], model: str) -> float:
+    """Seconds of one core for ``work`` (units of each PACE_S kind, updates and steps weighted by their
+    label's pace) on ``model``: the pace constants scaled by its parameters; 0 for a model whose pace is not
+    measured (another family: "pace unknown")."""
+    from bench.models.policy import TINY_SIZES, tiny_matrix_params
+
+    if model not in TINY_SIZES:
+        return 0.0
+    return sum(PACE_S[k] * v for k, v in work.items()) * tiny_matrix_params(model) / tiny_matrix_params("tiny-500k")
+
+
+def label_pace(plan: ProbePlan, label: str) -> float:
+    """What an update of ``label`` (and a trajectory's RL step) costs against the pace constants' full-model
+    GRPO update: its method's measured pace (Method.update_pace; a placebo's is its method's) under its
+    adapter's (:data:`LORA_PACE`)."""
+    from bench.run.resolve import resolve
+
+    cfg = plan.labels[label]
+    method = resolve(cfg).method
+    inner = getattr(method, "method", method)  # a placebo computes its method's credit
+    return inner.update_pace * (LORA_PACE if cfg.model.lora.rank else 1.0)
 
 
 def _augment_rollouts(plan: ProbePlan, labels: list[str]) -> int:
