@@ -151,11 +151,8 @@ def test_a_method_s_own_continuations_are_costed(plan):
     assert vineppo["core_s"] - whole["core_s"] == pytest.approx(36 * PACE_S["oracle_rollout"] * scale)
 
 
-def test_an_update_is_charged_at_its_label_s_pace(plan):
-    """ARCA's update costs 1.55x GRPO's under the same LoRA adapter, and that adapter 1.17x the full model
-    (results/benchmarks/methods_update.md): the dry run charges each arm's updates and the reference's RL
-    steps at their label's pace; a label without either at 1."""
-    from bench.paired.probe import LORA_PACE, PACE_S, cost, label_pace
+def under_arca(plan):
+    """``plan`` with its method ARCA and its twin ARCA's (uniform weights), both under a LoRA adapter."""
 
     def arca(cfg, options):
         model = dataclasses.replace(cfg.model, lora=dataclasses.replace(cfg.model.lora, rank=16))
@@ -163,7 +160,16 @@ def test_an_update_is_charged_at_its_label_s_pace(plan):
         return dataclasses.replace(cfg, model=model, method=method)
 
     labels = {k: arca(c, {"signal": "uniform"} if k.endswith("twin") else {}) for k, c in plan.labels.items()}
-    adapted = dataclasses.replace(plan, labels=labels)
+    return dataclasses.replace(plan, labels=labels)
+
+
+def test_an_update_is_charged_at_its_label_s_pace(plan):
+    """ARCA's update costs 1.55x GRPO's under the same LoRA adapter, and that adapter 1.17x the full model
+    (results/benchmarks/methods_update.md): the dry run charges each arm's updates and the reference's RL
+    steps at their label's pace; a label without either at 1."""
+    from bench.paired.probe import LORA_PACE, PACE_S, cost, label_pace
+
+    adapted = under_arca(plan)
     assert LORA_PACE == 1.17 and label_pace(plan, "s_trace") == label_pace(plan, "s_trace-twin") == 1.0
     assert label_pace(adapted, "s_trace") == pytest.approx(1.55 * 1.17) and label_pace(adapted, "s_trace-twin") == 1.17
     plain, paced = cost(plan), cost(adapted)

@@ -10,6 +10,7 @@ import yaml
 
 from bench.perf import probe_pace as pp
 from tests.paired.test_paired import SPEC
+from tests.paired.test_resume import under_arca
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +39,7 @@ def test_the_work_counts_trajectories_updates_and_segments_at_each_label_s_pace(
     plain = pp.work(plan, _records(), paced=True)  # no LoRA, no measured method cost: every pace 1
     assert plain == {"trajectory_step": 2 * steps, "update": 6, "oracle_rollout": 0, "segment_update": 1}
 
-    def arca(cfg, options):
-        model = dataclasses.replace(cfg.model, lora=dataclasses.replace(cfg.model.lora, rank=16))
-        method = dataclasses.replace(cfg.method, name="arca", options=options)
-        return dataclasses.replace(cfg, model=model, method=method)
-
-    labels = {k: arca(c, {"signal": "uniform"} if k.endswith("twin") else {}) for k, c in plan.labels.items()}
-    adapted = dataclasses.replace(plan, labels=labels)
+    adapted = under_arca(plan)
     paced = pp.work(adapted, _records(), paced=True)
     assert paced["trajectory_step"] == pytest.approx(2 * steps * 1.17)  # the twin's steps under LoRA
     assert paced["update"] == pytest.approx(3 * 1.55 * 1.17 + 3 * 1.17)
