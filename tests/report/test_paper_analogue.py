@@ -204,6 +204,28 @@ def test_agreement_needs_holm_significance_and_the_papers_sign(tmp_path):
     assert cells[5] == "no sign to compare (the paper's numbers differ in sign)"
 
 
+def test_a_comparison_decided_in_rounds_quotes_its_repeated_interval_and_the_paper_s_own_labels(tmp_path):
+    """ARCA's judge (arca vs arca-twin, r16) beside the paper's r64 comparison (greedy 0.590 - 0.620 = -3.00,
+    pass@4 0.680 - 0.675 = +0.50, the paper's labels arca-r64 and uniform-r64): decided worse in rounds, so
+    the cell quotes the repeated interval (-6.7 to -1.4), not the fixed-design one (-5.7 to -2.4); a
+    comparison with no repeated row keeps its own."""
+    judge = {"sweep": "judge-arca", "baseline": "grpo", "rows": []}
+    primary = _family([("arca-twin", CHAIN, {"arca": (-0.041, -0.057, -0.024, 0.0005, "worse")}, 0.02)])
+    repeated = {"rows": [{"method": "arca", "control": "arca-twin", "task": CHAIN, "value": -0.041, "lo": -0.067,
+                          "hi": -0.014, "verdict": "worse"}]}  # fmt: skip
+    judge["analysis"] = {"metric": "pass_at_1", "assessment": _family([]), "credit": {"assessment": primary}}
+    (tmp_path / "judge-arca").mkdir()
+    (tmp_path / "judge-arca" / "report.json").write_text(json.dumps(judge))
+    cells = _table_row(papers.table("arca", results_dir=tmp_path), "`arca` vs `arca-twin`")
+    assert cells[1] == "greedy acc: -3.00; pass@4: +0.50"  # the paper's r64 labels, not the judge's
+    assert cells[3:6] == ["-4.1 [-5.7, -2.4]", "worse (p_Holm <0.001), primary", "no sign to compare "
+                          "(the paper's numbers differ in sign)"]  # fmt: skip
+    judge["analysis"]["credit"]["repeated"] = repeated
+    (tmp_path / "judge-arca" / "report.json").write_text(json.dumps(judge))
+    cells = _table_row(papers.table("arca", results_dir=tmp_path), "`arca` vs `arca-twin`")
+    assert cells[3] == "-4.1 [-6.7, -1.4], repeated"
+
+
 def test_missing_analogue_is_said_in_words(tmp_path):
     """No report: both rows say so; a report without the credit family (or without any analysis)
     names the comparison it lacks; neither is an error."""

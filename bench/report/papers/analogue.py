@@ -174,6 +174,10 @@ class Claim:
     sweep: str = "embedded"
     task: str = "chain"
     model: str = "tiny-500k"
+    paper_label: str | None = None
+    paper_control: str | None = None
+    """The paper's labels of the comparison where they are not the analogue's (``label``, ``control``): the
+    paper's absolute values whose difference is its side."""
 
 
 def paper_claims(paper: Paper) -> tuple[Claim, ...]:
@@ -200,6 +204,9 @@ class Found:
     mde: float | None
     alpha: float
     family: str
+    repeated: dict | None = None
+    """The comparison's repeated interval where the sweep decided it in rounds (valid after the sequential
+    stop, which the fixed-design interval of ``row`` is not)."""
 
 
 def _sign(value: float, relation: str = "=") -> int:
@@ -222,10 +229,11 @@ def paper_side(paper: Paper, claim: Claim) -> tuple[str, int]:
     else:
         value = {(e.label, e.metric): e.value * 100 / UNITS[e.unit] for e in paper.results if e.kind == "absolute"}
         metrics = dict.fromkeys(m for _, m in value if m == "greedy" or METRIC_PATTERN.fullmatch(m))
+        label, control = claim.paper_label or claim.label, claim.paper_control or claim.control
         items = [
-            (m, value[(claim.label, m)] - value[(claim.control, m)], "=", "")
+            (m, value[(label, m)] - value[(control, m)], "=", "")
             for m in metrics
-            if (claim.label, m) in value and (claim.control, m) in value
+            if (label, m) in value and (control, m) in value
         ]
     if not items:
         return claim.unstated, claim.sign
@@ -247,8 +255,16 @@ def find(report: dict, claim: Claim) -> Found | None:
     ):
         for label, base, task, row, mdd in row_pairs(a if isinstance(a, dict) else {}):
             if (label, base, task) == (claim.label, claim.control, on) and isinstance(row, dict):
-                return Found(row, mdd, a.get("alpha", 0.05), family)
+                return Found(row, mdd, a.get("alpha", 0.05), family, _repeated(analysis, claim, on, family))
     return None
+
+
+def _repeated(analysis: dict, claim: Claim, on: str, family: str) -> dict | None:
+    """The repeated interval the sweep's rounds give ``claim``'s comparison (its credit family only)."""
+    rows = ((analysis.get("credit") or {}).get("repeated") or {}).get("rows") or [] if family == "primary" else []
+    key = (claim.label, claim.control, on)
+    found = (r for r in rows if isinstance(r, dict) and (r.get("method"), r.get("control"), r.get("task")) == key)
+    return next(found, None)
 
 
 def agreement(paper_sign: int, diff: float, significant: bool, mdd: float | None) -> str:
@@ -270,7 +286,11 @@ def _analogue_cells(found: Found, paper_sign: int) -> list[str]:
     value, lo, hi, p = diff.get("value"), diff.get("lo"), diff.get("hi"), row.get("p_holm")
     if not isinstance(value, (int, float)):
         return ["-", "-", "-"]
+    rounds = found.repeated or {}
+    if isinstance(rounds.get("lo"), (int, float)) and isinstance(rounds.get("hi"), (int, float)):
+        lo, hi = rounds["lo"], rounds["hi"]  # after a sequential stop, the interval valid for the design
     ci = f" [{_points(lo)}, {_points(hi)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
+    ci += ", repeated" if ci and found.repeated else ""
     significant = isinstance(p, (int, float)) and p < found.alpha
     holm = f" (p_Holm {fmt.p_value(p)})" if isinstance(p, (int, float)) else ""
     return [
@@ -324,7 +344,8 @@ def render_claims(
         "",
         "Each claim beside the same comparison in a tiny model's sweep on a synthetic task "
         f"({', '.join(f'results/{s}/report.json' for s in reports)}): the difference in points [95% "
-        "interval over seeds] and its verdict after Holm within its family (primary: each credit "
+        "interval over seeds; repeated: the sweep decided it in seeds by rounds, and the interval is the repeated "
+        "one, valid after the sequential stop] and its verdict after Holm within its family (primary: each credit "
         "method against its own controls, vs twin = the credit alone; secondary: every label against "
         "the sweep's baseline, vs GRPO = the whole recipe). agrees / disagrees: significant, with the "
         "paper's sign / against it; not resolved: not significant, beside the smallest difference the "
