@@ -375,36 +375,9 @@ def render_claims(
 
 def claims_section(paper: Paper, results_dir: Any) -> str:
     """The claims table of ``paper`` from its claims' sweeps' report.json files, or '' without claims."""
-    from bench.report.papers.data import load_report
+    from bench.report.papers.data import credit_table_cells, load_report, sweep_probes
 
     sweeps = dict.fromkeys(c.sweep for c in paper_claims(paper))
     reports = {s: load_report(results_dir, s) for s in sweeps}
-    return render_claims(paper, reports, {s: _probes(results_dir, s) for s in sweeps}, _table(results_dir))
-
-
-def _table(results_dir: Any) -> dict[str, dict]:
-    """The credit table's per-update cells by label (results/credit/table.json), {} without one."""
-    import json
-    from pathlib import Path
-
-    path = Path(results_dir) / "credit" / "table.json"
-    rows = json.loads(path.read_text())["rows"] if path.is_file() else []
-    return {r["label"]: r["per_update"] for r in rows}
-
-
-def _probes(results_dir: Any, sweep: str) -> dict[str, dict]:
-    """The sweep's credit probes by size: its own folder (the sweep's size), then one per other tiny size
-    (``creditbench judge --sizes``: probes/<sweep>-<size>)."""
-    import json
-    from pathlib import Path
-
-    from bench.models.policy import TINY_SIZES
-
-    root = Path(results_dir) / "probes"
-    found = {}
-    for name, folder in [("", root / sweep), *((s, root / f"{sweep}-{s}") for s in TINY_SIZES)]:
-        path = folder / "report.json"
-        if path.is_file():
-            rep = json.loads(path.read_text())
-            found[name or rep.get("model", "")] = rep
-    return found
+    probes = {s: sweep_probes(results_dir, s) for s in sweeps}
+    return render_claims(paper, reports, probes, credit_table_cells(results_dir))

@@ -369,3 +369,31 @@ def load_report(results_dir: Path | str, sweep: str) -> dict | None:
     if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
         raise CreditBenchError(f"{path}: not a sweep report (no 'rows' list)")
     return report
+
+
+def credit_table_cells(results_dir: Any) -> dict[str, dict]:
+    """The credit table's per-update cells by label (results/credit/table.json), {} without one."""
+    import json
+    from pathlib import Path
+
+    path = Path(results_dir) / "credit" / "table.json"
+    rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+    return {r["label"]: r["per_update"] for r in rows}
+
+
+def sweep_probes(results_dir: Any, sweep: str) -> dict[str, dict]:
+    """The sweep's credit probes by size: its own folder (the sweep's size), then one per other tiny size
+    (``creditbench judge --sizes``: probes/<sweep>-<size>)."""
+    import json
+    from pathlib import Path
+
+    from bench.models.policy import TINY_SIZES
+
+    root = Path(results_dir) / "probes"
+    found = {}
+    for name, folder in [("", root / sweep), *((s, root / f"{sweep}-{s}") for s in TINY_SIZES)]:
+        path = folder / "report.json"
+        if path.is_file():
+            rep = json.loads(path.read_text())
+            found[name or rep.get("model", "")] = rep
+    return found
