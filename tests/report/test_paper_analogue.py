@@ -223,7 +223,16 @@ def test_a_comparison_decided_in_rounds_quotes_its_repeated_interval_and_the_pap
     judge["analysis"]["credit"]["repeated"] = repeated
     (tmp_path / "judge-arca" / "report.json").write_text(json.dumps(judge))
     cells = _table_row(papers.table("arca", results_dir=tmp_path), "`arca` vs `arca-twin`")
-    assert cells[3] == "-4.1 [-6.7, -1.4], repeated"
+    assert cells[3:6] == ["-4.1 [-6.7, -1.4], repeated", "worse (in rounds), primary", "no sign to compare "
+                          "(the paper's numbers differ in sign)"]  # fmt: skip
+    repeated["rows"][0]["verdict"] = "inconclusive at the cap"  # the rounds' decision, not the fixed p, says it
+    (tmp_path / "judge-arca" / "report.json").write_text(json.dumps(judge))
+    cells = _table_row(papers.table("arca", results_dir=tmp_path), "`arca` vs `arca-twin`")
+    assert cells[4:6] == ["inconclusive at the cap (in rounds), primary", "not resolved (MDE 2.0 points)"]
+    repeated["rows"][0]["verdict"] = "equivalent (±0.03)"  # a bound, not an unresolved difference
+    (tmp_path / "judge-arca" / "report.json").write_text(json.dumps(judge))
+    cells = _table_row(papers.table("arca", results_dir=tmp_path), "`arca` vs `arca-twin`")
+    assert cells[5] == "within its equivalence bound: no direction to compare"
 
 
 def test_missing_analogue_is_said_in_words(tmp_path):

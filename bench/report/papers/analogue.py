@@ -261,7 +261,9 @@ def find(report: dict, claim: Claim) -> Found | None:
 
 def _repeated(analysis: dict, claim: Claim, on: str, family: str) -> dict | None:
     """The repeated interval the sweep's rounds give ``claim``'s comparison (its credit family only)."""
-    rows = ((analysis.get("credit") or {}).get("repeated") or {}).get("rows") or [] if family == "primary" else []
+    if family != "primary":
+        return None
+    rows = ((analysis.get("credit") or {}).get("repeated") or {}).get("rows") or []
     key = (claim.label, claim.control, on)
     found = (r for r in rows if isinstance(r, dict) and (r.get("method"), r.get("control"), r.get("task")) == key)
     return next(found, None)
@@ -287,16 +289,23 @@ def _analogue_cells(found: Found, paper_sign: int) -> list[str]:
     if not isinstance(value, (int, float)):
         return ["-", "-", "-"]
     rounds = found.repeated or {}
-    if isinstance(rounds.get("lo"), (int, float)) and isinstance(rounds.get("hi"), (int, float)):
-        lo, hi = rounds["lo"], rounds["hi"]  # after a sequential stop, the interval valid for the design
+    sequential = isinstance(rounds.get("lo"), (int, float)) and isinstance(rounds.get("hi"), (int, float))
+    if sequential:  # after a sequential stop: the interval and the decision valid for the design, no fixed p
+        lo, hi = rounds["lo"], rounds["hi"]
     ci = f" [{_points(lo)}, {_points(hi)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
-    ci += ", repeated" if ci and found.repeated else ""
-    significant = isinstance(p, (int, float)) and p < found.alpha
-    holm = f" (p_Holm {fmt.p_value(p)})" if isinstance(p, (int, float)) else ""
+    if sequential:
+        decided = rounds.get("verdict", "-")
+        significant, verdict = decided in ("better", "worse"), f"{decided} (in rounds)"
+        ci += ", repeated"
+    else:
+        significant = isinstance(p, (int, float)) and p < found.alpha
+        verdict = row.get("verdict", "-") + (f" (p_Holm {fmt.p_value(p)})" if isinstance(p, (int, float)) else "")
     return [
         _points(value) + (ci or " (no interval)"),
-        f"{row.get('verdict', '-')}{holm}, {found.family}",
-        agreement(paper_sign, value, significant, found.mde),
+        f"{verdict}, {found.family}",
+        "within its equivalence bound: no direction to compare"
+        if verdict.startswith("equivalent")
+        else agreement(paper_sign, value, significant, found.mde),
     ]
 
 
@@ -344,8 +353,9 @@ def render_claims(
         "",
         "Each claim beside the same comparison in a tiny model's sweep on a synthetic task "
         f"({', '.join(f'results/{s}/report.json' for s in reports)}): the difference in points [95% "
-        "interval over seeds; repeated: the sweep decided it in seeds by rounds, and the interval is the repeated "
-        "one, valid after the sequential stop] and its verdict after Holm within its family (primary: each credit "
+        "interval over seeds; repeated: the sweep decided it in seeds by rounds, and the interval and the "
+        "decision are the rounds', valid after the sequential stop] and its verdict after Holm within its "
+        "family (primary: each credit "
         "method against its own controls, vs twin = the credit alone; secondary: every label against "
         "the sweep's baseline, vs GRPO = the whole recipe). agrees / disagrees: significant, with the "
         "paper's sign / against it; not resolved: not significant, beside the smallest difference the "
