@@ -1,12 +1,14 @@
-"""What a probe has finished, kept as it goes so an interrupted probe resumes (``creditbench credit-probe``
-run again with the same arguments; a judge or ``table --credit --run`` likewise): each reference
-trajectory, once every batch and segment of its checkpoints is done, as one file of
-``<probe folder>/partial/`` (written whole, then renamed), with the plan and the numerics fingerprint it
-was made under. A resumed probe takes a journaled trajectory's records as they are -- a trajectory's
-records depend on its plan, seed and numerics only, not on which process or round made them
-(tests/paired/test_resume.py) -- and trains the rest; its wall time is the journaled trajectories'
-plus its own (work lost in the interruption is not counted). The folder goes once updates.json is
-written."""
+"""What a probe has finished, kept as it goes so an interrupted probe resumes (``creditbench credit-probe`` run
+again with the same arguments; a judge or ``table --credit --run`` likewise): each reference trajectory, once
+every batch and segment of its checkpoints is done, as one file of ``<probe folder>/partial/`` (written whole,
+then renamed), with the plan and the numerics it was made under (the fingerprint's ``numerics``: code paths,
+CPU vendor, BLAS, threads, library versions; not the machine's model, so a journal resumes on any machine
+whose numerics agree, and a committed one carries a long probe from one machine to the next). A resumed probe
+takes a journaled trajectory's records as they are -- a trajectory's records depend on its plan, seed and
+numerics only, not on which process or round made them (tests/paired/test_resume.py) -- and trains the rest;
+its wall time is the journaled trajectories' plus its own (work lost in the interruption is not counted). The
+folder goes once updates.json is written. A committed journal is a result like the rest: a change that moves the
+numbers removes it with them (tools/regenerate.sh)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def _normal(obj: Any) -> Any:
 class Journal:
     """The finished trajectories of one probe in ``folder`` (``None``: nothing kept, nothing resumed)."""
 
-    def __init__(self, folder: Path | None, plan: dict[str, Any], fingerprint: str):
+    def __init__(self, folder: Path | None, plan: dict[str, Any], fingerprint: dict[str, Any]):
         self.folder, self.done = folder, {}
         self.mark = time.perf_counter()  # since this process's last journaled trajectory (or its start)
         if folder is None:
@@ -62,22 +64,30 @@ class Journal:
         return sum(r["spent_s"] for r in self.done.values()) + time.perf_counter() - self.mark
 
 
-def _held(folder: Path, plan: dict[str, Any], fingerprint: str) -> bool:
+def _held(folder: Path, plan: dict[str, Any], fingerprint: dict[str, Any]) -> bool:
     """Whether ``folder`` holds a journal (of this plan and numerics; another is refused in one line)."""
     path = folder / "plan.json"
     if not path.is_file():
         return False
     held = json.loads(path.read_text())
-    if held != {"plan": _normal(plan), "fingerprint": fingerprint}:
-        what = "numerics" if held.get("plan") == _normal(plan) else "plan"
-        raise CreditBenchError(
-            f"{folder} holds an interrupted probe of another {what} (fingerprint {held.get('fingerprint')}, "
-            f"here {fingerprint}): move it away to start this probe afresh"
-        )
-    return True
+    numerics = held.get("fingerprint") or {}
+    numerics = numerics.get("numerics", numerics)  # a journal of the whole fingerprint, machine and all
+    if held.get("plan") != _normal(plan):
+        what = "plan"
+    elif numerics != _normal(fingerprint):
+        what = "numerics (" + ", ".join(_differ(numerics, fingerprint)) + ")"
+    else:
+        return True
+    raise CreditBenchError(f"{folder} holds an interrupted probe of another {what}: move it away to start this "
+                           "probe afresh")  # fmt: skip
 
 
-def resumable(folder: Path, plan: dict[str, Any], fingerprint: str) -> int:
+def _differ(held: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """``field: held -> here`` for each numerics field in which a journal differs from this process."""
+    return [f"{k}: {held.get(k)} -> {here.get(k)}" for k in sorted(set(held) | set(here)) if held.get(k) != here.get(k)]
+
+
+def resumable(folder: Path, plan: dict[str, Any], fingerprint: dict[str, Any]) -> int:
     """How many trajectories the interrupted probe journaled in ``folder`` has kept for this plan (0: no
     journal; one of another plan or numerics is refused), without writing anything."""
     return len(list(folder.glob("trajectory-*.json"))) if _held(folder, plan, fingerprint) else 0

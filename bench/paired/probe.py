@@ -199,10 +199,12 @@ def run_probe(
             "wall_s": round(kept.wall_s(), 1), "jobs": jobs}  # fmt: skip
 
 
-def _fingerprint(plan: ProbePlan) -> str:
+def _fingerprint(plan: ProbePlan) -> dict[str, Any]:
+    """What a journal of ``plan`` is keyed on besides the plan: the numerics stack, not the machine (two
+    machines whose numerics agree compute the same records, so a journal moves between them)."""
     from bench.environment.fingerprint import fingerprint
 
-    return fingerprint(next(iter(plan.labels.values())).threads or 1)
+    return fingerprint(next(iter(plan.labels.values())).threads or 1)["numerics"]
 
 
 def journaled(plan: ProbePlan, folder: Path) -> int:

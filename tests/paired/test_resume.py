@@ -68,7 +68,7 @@ def test_the_journal_keeps_every_trajectory_with_its_plan(whole):
     once updates.json is written)."""
     full, folder = whole
     head = json.loads((folder / "plan.json").read_text())
-    assert head["plan"]["options"]["first"] == 3 and head["fingerprint"] == full["fingerprint"]
+    assert head["plan"]["options"]["first"] == 3 and head["fingerprint"] == full["fingerprint"]["numerics"]
     assert sorted(p.name for p in folder.glob("trajectory-*.json")) == [
         "trajectory-s_trace-twin-seed0.json",
         "trajectory-s_trace-twin-seed1.json",
@@ -88,6 +88,34 @@ def test_a_journal_of_another_plan_is_refused_in_one_line(plan, whole):
     assert "holds an interrupted probe of another plan" in str(e.value) and "move it away" in str(e.value)
     assert len(str(e.value).splitlines()) == 1
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_journal_moves_to_a_machine_whose_numerics_agree_and_not_to_another(plan, whole, tmp_path):
+    """The journal is keyed on the numerics, not the machine: one made elsewhere (another CPU model; here in the
+    older form that kept the whole fingerprint) resumes whole, with nothing trained; one of another CPU vendor
+    (MKL dispatches on it) is refused in one line that names the field, nothing touched."""
+    import shutil
+
+    from bench.paired.probe import run_probe
+
+    full, folder = whole
+    moved = tmp_path / "partial"
+    shutil.copytree(folder, moved)
+    head = json.loads((moved / "plan.json").read_text())
+    elsewhere = {"numerics": head["fingerprint"], "machine": {"cpu": "another CPU", "hardware_capability": "AVX2"}}
+    (moved / "plan.json").write_text(json.dumps({**head, "fingerprint": elsewhere}))
+    lines = []
+    resumed = run_probe(plan, log=lines.append, journal=moved)
+    assert "(3 more kept from before)" in lines[0] and json.dumps(resumed["updates"]) == json.dumps(full["updates"])
+
+    vendor = {**head["fingerprint"], "cpu_vendor": "AnotherVendor"}
+    (moved / "plan.json").write_text(json.dumps({**head, "fingerprint": vendor}))
+    before = {p.name: p.read_bytes() for p in moved.iterdir()}
+    with pytest.raises(CreditBenchError) as e:
+        run_probe(plan, log=lambda _: None, journal=moved)
+    said = str(e.value)
+    assert "another numerics (cpu_vendor: AnotherVendor -> " in said and len(said.splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in moved.iterdir()} == before
 
 
 def test_the_dry_run_says_what_an_interrupted_probe_kept_and_refuses_another_plans(tmp_path, capsys):
