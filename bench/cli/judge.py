@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from bench.run.args import ArgumentParser
 
@@ -86,9 +87,20 @@ def main(argv: list[str]) -> int:
 def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
     """Size -> the core seconds of the judge's probe there (its first round, every pair at the cap; 0 for a
     probe already done), for the judge ``argv`` asks for, once its spec is written (after a dry run)."""
-    from bench.cli import credit_probe
     from bench.paired.journal import FOLDER
     from bench.paired.probe import cost, journaled
+
+    out = {}
+    for size, (plan, folder) in probe_plans(argv).items():
+        c = cost(plan, journaled(plan, folder / FOLDER)) if plan is not None else {"core_s": 0.0, "cap_core_s": 0.0}
+        out[size] = (c["core_s"], c["cap_core_s"])
+    return out
+
+
+def probe_plans(argv: list[str]) -> dict[str, tuple[Any, Path]]:
+    """Size -> the plan of the judge's probe there (``None`` for a probe already done) and its folder, for the
+    judge ``argv`` asks for, once its spec is written (after a dry run)."""
+    from bench.cli import credit_probe
     from bench.sweep.judge import write_spec
 
     a = parser().parse_args(argv)
@@ -98,12 +110,10 @@ def probe_costs(argv: list[str]) -> dict[str, tuple[float, float]]:
     common = ["--jobs", str(a.jobs), "--results_dir", a.results_dir]
     out = {}
     for size in j.sizes:
-        if _resumed(_probe_out(j, size, a.results_dir), rates.get(size)):
-            out[size] = (0.0, 0.0)
-            continue
-        plan = credit_probe.planned(_probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates))[1]
-        c = cost(plan, journaled(plan, _probe_out(j, size, a.results_dir) / FOLDER))
-        out[size] = (c["core_s"], c["cap_core_s"])
+        folder = _probe_out(j, size, a.results_dir)
+        done = _resumed(folder, rates.get(size))
+        args = _probe_args(str(path), j, size, a.results_dir, common, a.oracle, rates)
+        out[size] = (None if done else credit_probe.planned(args)[1], folder)
     return out
 
 
