@@ -301,7 +301,8 @@ def rate(c: dict[str, Any]) -> str:
 
 def _update_text(c: dict[str, Any] | None, kept: int = 0) -> str:
     if c is None:  # an interrupted probe's kept trajectories (bench.paired.journal): it resumes from them
-        return "not measured yet" + (f" (under way: {kept} trajectories kept)" if kept else "")
+        noun = "trajectory" if kept == 1 else "trajectories"
+        return "not measured yet" + (f" (under way: {kept} {noun} kept)" if kept else "")
     rel = c.get("relative") or {}
     share = f", {fmt.rounded(100 * rel['mean'], 0, signed=True)}% of the twin's gain" if rel else ""
     if not rel and "gain_control" in c:  # no share: the twin's own gain is not resolved above 0 here

@@ -86,6 +86,8 @@ def test_cells_come_from_the_judges_folders_and_a_row_may_read_another_sweep(tmp
     again = ct.build(table, res)
     assert again["rows"][0]["kept"] == {"tiny-2m": 2} and again["rows"][1]["kept"] == {}
     assert "| not measured yet (under way: 2 trajectories kept) | +3.9" in ct.markdown(again)
+    (partial / "trajectory-m-twin-seed1.json").unlink()
+    assert "| not measured yet (under way: 1 trajectory kept) | +3.9" in ct.markdown(ct.build(table, res))
     # without a tuned setting: the lowest rate's comparison
     _write(res / "probes" / "judge-m-tiny-2m", {"comparisons": PROBE["comparisons"][:1] + PROBE["comparisons"][2:3]})
     assert ct.build(table, res)["rows"][0]["per_update"]["tiny-2m"]["lr_method"] == 1e-4
